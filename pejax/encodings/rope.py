@@ -1,0 +1,425 @@
+"""Rotary position embedding (RoPE): configuration, frequencies, angles and rotation.
+
+Axes: B batch, L length, H heads, D head dim, R rotated dims (``rotary_dim <= D``, even).
+
+RoPE rotates each pair of query/key channels by ``position * inv_freq[i]`` so that the score
+``q_m . k_n`` depends on positions only through ``m - n``. Two channel layouts exist in the wild:
+
+* ``"half"`` pairs channel ``i`` with ``i + R/2`` (GPT-NeoX, Hugging Face ``rotate_half``);
+* ``"interleaved"`` pairs ``2i`` with ``2i + 1`` (GPT-J, Meta's original Llama, computed here in
+  complex-number form).
+
+They are the same rotation up to a permutation of channels, which
+:func:`permute_rope_weights` applies to ``W_q`` / ``W_k`` to move a checkpoint between them.
+
+Angles are always computed in float32 from integer positions with an elementwise broadcast
+product (never an einsum, which lowers to a reduced-precision matmul on TPU), whatever the
+activation dtype; the result is cast back to the input dtype at the end.
+
+References:
+  Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+  arXiv 2104.09864.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pejax.encodings import arg_checks
+from pejax.encodings import rope_scaling as scalings
+
+LAYOUTS = ("half", "interleaved")
+
+Array = jax.Array
+SeqLen = Union[int, np.integer, Array, None]
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig:
+  """Everything that defines a rotary encoding. Frozen and hashable (usable as a jit static).
+
+  Attributes:
+    head_dim: per-head dimension D (even).
+    base: RoPE base theta (10000 in RoFormer/Llama 2, 500000 in Llama 3).
+    rotary_dim: number of leading head dims rotated (partial rotary); ``None`` rotates all D.
+      Must be even and ``<= head_dim``; the remaining ``D - rotary_dim`` dims pass through.
+    scaling: optional context-extension scaling (:mod:`pejax.encodings.rope_scaling`).
+    layout: ``"half"`` (GPT-NeoX / HF, default) or ``"interleaved"`` (GPT-J / Meta Llama).
+  """
+
+  head_dim: int
+  base: float = 10000.0
+  rotary_dim: Optional[int] = None
+  scaling: Optional[scalings.Scaling] = None
+  layout: str = "half"
+
+  def __post_init__(self):
+    arg_checks.check_even("head_dim", self.head_dim)
+    arg_checks.check_positive_float("base", self.base)
+    if self.base <= 1.0:
+      raise ValueError(f"base must be greater than 1, got {self.base}")
+    if self.rotary_dim is not None:
+      arg_checks.check_even("rotary_dim", self.rotary_dim)
+      if self.rotary_dim > self.head_dim:
+        raise ValueError(
+            f"rotary_dim must be <= head_dim ({self.head_dim}), got {self.rotary_dim}")
+    if self.scaling is not None and not isinstance(self.scaling, scalings.SCALING_TYPES):
+      raise ValueError(
+          "scaling must be None or one of "
+          f"{[t.__name__ for t in scalings.SCALING_TYPES]}, got {self.scaling!r}")
+    arg_checks.check_choice("layout", self.layout, LAYOUTS)
+    if isinstance(self.scaling, scalings.LongRoPEScaling):
+      expected = self.num_rotated // 2
+      if len(self.scaling.short_factor) != expected:
+        raise ValueError(
+            f"LongRoPE short_factor/long_factor must have rotary_dim // 2 = {expected} entries, "
+            f"got {len(self.scaling.short_factor)}")
+    if isinstance(self.scaling, (scalings.NTKScaling, scalings.DynamicNTKScaling)) and (
+        self.num_rotated < 4):
+      raise ValueError(
+          f"NTK scalings need rotary_dim >= 4 (they use d / (d - 2)), got {self.num_rotated}")
+
+  @property
+  def num_rotated(self) -> int:
+    """The number R of rotated dims (``rotary_dim`` or ``head_dim``)."""
+    return self.head_dim if self.rotary_dim is None else self.rotary_dim
+
+  @classmethod
+  def from_partial_rotary_factor(cls, head_dim: int, partial_rotary_factor: float,
+                                 **kwargs) -> "RopeConfig":
+    """Builds a config with ``rotary_dim = int(head_dim * partial_rotary_factor)`` (as HF)."""
+    factor = arg_checks.check_positive_float("partial_rotary_factor", partial_rotary_factor)
+    if factor > 1.0:
+      raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
+    rotary_dim = int(head_dim * factor)
+    return cls(head_dim, rotary_dim=None if rotary_dim == head_dim else rotary_dim, **kwargs)
+
+
+def _exponents(dim: int) -> np.ndarray:
+  """``arange(0, dim, 2) / dim`` in float32, the op order of HF and Meta."""
+  return np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+
+
+def _default_inv_freq(base: float, dim: int) -> np.ndarray:
+  """``1 / base ** (2i / dim)`` in float32, op for op as Hugging Face computes it."""
+  return (np.float32(1.0) / (np.float32(base) ** _exponents(dim))).astype(np.float32)
+
+
+def _is_concrete(seq_len: SeqLen) -> bool:
+  """Whether ``seq_len`` has a value now (not a tracer inside ``jax.jit``)."""
+  return not isinstance(seq_len, jax.core.Tracer)
+
+
+def _check_seq_len(seq_len: SeqLen) -> SeqLen:
+  if seq_len is None:
+    return None
+  if isinstance(seq_len, bool):
+    raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
+  if _is_concrete(seq_len):
+    if isinstance(seq_len, (float, np.floating)) or (hasattr(seq_len, "dtype") and not
+                                                     jnp.issubdtype(seq_len.dtype, jnp.integer)):
+      raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
+    value = int(seq_len)
+    if value < 1:
+      raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
+    return value
+  if jnp.ndim(seq_len) != 0 or not jnp.issubdtype(jnp.result_type(seq_len), jnp.integer):
+    raise ValueError(
+        f"seq_len must be a scalar integer, got shape {jnp.shape(seq_len)} dtype "
+        f"{jnp.result_type(seq_len)}")
+  return seq_len
+
+
+def _dynamic_ntk_inv_freq(config: RopeConfig, scaling: scalings.DynamicNTKScaling,
+                          seq_len: SeqLen) -> Array:
+  dim = config.num_rotated
+  original = scaling.original_max_position
+  if _is_concrete(seq_len):
+    length = original if seq_len is None else max(int(seq_len), original)
+    base = config.base * ((scaling.factor * length / original) - (scaling.factor - 1)) ** (
+        dim / (dim - 2))
+    return jnp.asarray(_default_inv_freq(base, dim))
+  # Traced length (e.g. inside a jitted decode loop): same formula in float32.
+  length = jnp.maximum(seq_len, original).astype(jnp.float32)
+  ratio = (jnp.float32(scaling.factor) * length / jnp.float32(original)) - jnp.float32(
+      scaling.factor - 1)
+  base = jnp.float32(config.base) * ratio ** jnp.float32(dim / (dim - 2))
+  return 1.0 / (base ** jnp.asarray(_exponents(dim)))
+
+
+def _yarn_inv_freq(config: RopeConfig, scaling: scalings.YaRNScaling) -> np.ndarray:
+  dim = config.num_rotated
+  pos_freqs = np.float32(config.base) ** _exponents(dim)
+  inv_freq_extrapolation = np.float32(1.0) / pos_freqs
+  inv_freq_interpolation = np.float32(1.0) / (np.float32(scaling.factor) * pos_freqs)
+  low, high = scalings.yarn_correction_range(scaling, dim=dim, base=config.base)
+  if low == high:
+    high += 0.001  # As HF: prevents a division by zero in the ramp.
+  ramp = (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low)
+  ramp = np.clip(ramp, 0, 1).astype(np.float32)
+  extrapolation_factor = np.float32(1.0) - ramp
+  inv_freq = (inv_freq_interpolation * (np.float32(1.0) - extrapolation_factor) +
+              inv_freq_extrapolation * extrapolation_factor)
+  return inv_freq.astype(np.float32)
+
+
+def _llama3_inv_freq(config: RopeConfig, scaling: scalings.Llama3Scaling) -> np.ndarray:
+  inv_freq = _default_inv_freq(config.base, config.num_rotated)
+  factor = np.float32(scaling.factor)
+  old_context_len = scaling.original_max_position
+  low_freq_wavelen = old_context_len / scaling.low_freq_factor
+  high_freq_wavelen = old_context_len / scaling.high_freq_factor
+  wavelen = np.float32(2 * math.pi) / inv_freq
+  inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+  smooth_factor = (np.float32(old_context_len) / wavelen - np.float32(scaling.low_freq_factor)) / (
+      np.float32(scaling.high_freq_factor - scaling.low_freq_factor))
+  smoothed = ((np.float32(1.0) - smooth_factor) * inv_freq_llama / factor +
+              smooth_factor * inv_freq_llama)
+  is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+  return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
+
+
+def _longrope_inv_freq(config: RopeConfig, scaling: scalings.LongRoPEScaling,
+                       seq_len: SeqLen) -> Array:
+  powers = np.float32(config.base) ** _exponents(config.num_rotated)
+  short = np.float32(1.0) / (np.asarray(scaling.short_factor, np.float32) * powers)
+  long = np.float32(1.0) / (np.asarray(scaling.long_factor, np.float32) * powers)
+  if _is_concrete(seq_len):
+    use_long = seq_len is not None and int(seq_len) > scaling.original_max_position
+    return jnp.asarray(long if use_long else short)
+  return jnp.where(seq_len > scaling.original_max_position, jnp.asarray(long), jnp.asarray(short))
+
+
+def rope_inv_freq(config: RopeConfig, *, seq_len: SeqLen = None) -> Tuple[Array, float]:
+  """Inverse frequencies and attention factor of a RoPE config, equal to Hugging Face's.
+
+  Args:
+    config: the rotary configuration (base, rotated dims, scaling).
+    seq_len: current sequence length (``max(position) + 1``). Only dynamic NTK and LongRoPE
+      depend on it; ``None`` means "at most the original length" (HF's init-time value). May be
+      a traced int32 scalar inside ``jax.jit``.
+
+  Returns:
+    ``(inv_freq, attention_factor)``: ``inv_freq`` is float32 ``[R // 2]``; ``attention_factor``
+    is a Python float that multiplies both cos and sin (logits scale by its square).
+
+  References:
+    See :mod:`pejax.encodings.rope_scaling` for each scaling's paper.
+  """
+  if not isinstance(config, RopeConfig):
+    raise ValueError(f"config must be a RopeConfig, got {type(config).__name__}")
+  seq_len = _check_seq_len(seq_len)
+  scaling = config.scaling
+  dim = config.num_rotated
+  if scaling is None:
+    return jnp.asarray(_default_inv_freq(config.base, dim)), 1.0
+  if isinstance(scaling, scalings.LinearScaling):
+    inv_freq = _default_inv_freq(config.base, dim) / np.float32(scaling.factor)
+    return jnp.asarray(inv_freq.astype(np.float32)), 1.0
+  if isinstance(scaling, scalings.NTKScaling):
+    base = config.base * scaling.factor ** (dim / (dim - 2))
+    return jnp.asarray(_default_inv_freq(base, dim)), 1.0
+  if isinstance(scaling, scalings.DynamicNTKScaling):
+    return _dynamic_ntk_inv_freq(config, scaling, seq_len), 1.0
+  if isinstance(scaling, scalings.YaRNScaling):
+    return jnp.asarray(_yarn_inv_freq(config, scaling)), scalings.yarn_attention_factor(scaling)
+  if isinstance(scaling, scalings.Llama3Scaling):
+    return jnp.asarray(_llama3_inv_freq(config, scaling)), 1.0
+  if isinstance(scaling, scalings.LongRoPEScaling):
+    return (_longrope_inv_freq(config, scaling, seq_len),
+            scalings.longrope_attention_factor(scaling))
+  raise ValueError(f"unsupported scaling {scaling!r}")  # Unreachable: RopeConfig validates.
+
+
+def rope_angles(positions: Array, inv_freq: Array) -> Array:
+  """Rotation angles ``positions[..., None] * inv_freq`` in float32, by elementwise broadcast.
+
+  Args:
+    positions: integer positions ``[..., L]`` (int32 keeps angles exact up to 2**24).
+    inv_freq: inverse frequencies ``[R // 2]`` (float32 recommended; cast to float32).
+
+  Returns:
+    float32 angles ``[..., L, R // 2]``.
+  """
+  positions = arg_checks.check_integer_array("positions", positions)
+  inv_freq = jnp.asarray(inv_freq)
+  if inv_freq.ndim != 1:
+    raise ValueError(f"inv_freq must be 1-D [R // 2], got shape {inv_freq.shape}")
+  if jnp.issubdtype(inv_freq.dtype, jnp.floating) and jnp.finfo(inv_freq.dtype).bits < 32:
+    raise ValueError(
+        f"inv_freq must be float32 or wider (low-precision frequencies give wrong angles), got "
+        f"{inv_freq.dtype}")
+  inv_freq = inv_freq.astype(jnp.float32).reshape((1,) * positions.ndim + inv_freq.shape)
+  return positions.astype(jnp.float32)[..., None] * inv_freq
+
+
+def _angles_for(x: Array, angles: Array, per_head: bool) -> Array:
+  """Validates ``angles`` against ``x`` and reshapes them to broadcast as ``[..., L, H|1, R/2]``."""
+  arg_checks.check_min_rank("x", x, 3, "[..., L, H, D]")
+  angles = jnp.asarray(angles)
+  if not jnp.issubdtype(angles.dtype, jnp.floating):
+    raise ValueError(f"angles must be a float array, got dtype {angles.dtype}")
+  if per_head:
+    arg_checks.check_min_rank("angles", angles, 3, "[..., L, H, R/2]")
+    if angles.shape[-2] not in (1, x.shape[-2]):
+      raise ValueError(
+          f"angles heads axis ({angles.shape[-2]}) must be 1 or match x heads ({x.shape[-2]})")
+  else:
+    arg_checks.check_min_rank("angles", angles, 2, "[..., L, R/2]")
+    angles = angles[..., None, :]
+  half = angles.shape[-1]
+  if 2 * half > x.shape[-1]:
+    raise ValueError(
+        f"rotated dims 2 * {half} = {2 * half} exceed the head dim of x ({x.shape[-1]})")
+  if angles.shape[-3] != x.shape[-3]:
+    raise ValueError(
+        f"positions length ({angles.shape[-3]}) must match the length axis of x "
+        f"[..., L, H, D] ({x.shape[-3]}); x has shape {x.shape}")
+  if angles.ndim > x.ndim:
+    raise ValueError(
+        f"positions have more leading axes than x: angles shape {angles.shape}, x shape {x.shape}")
+  angles = angles.reshape((1,) * (x.ndim - angles.ndim) + angles.shape)
+  for a, b in zip(angles.shape[:-3], x.shape[:-3]):
+    if a not in (1, b):
+      raise ValueError(
+          f"positions leading shape {angles.shape[:-3]} does not broadcast to x leading shape "
+          f"{x.shape[:-3]}")
+  return angles.astype(jnp.float32)
+
+
+def rotate_with_angles(x: Array, angles: Array, *, layout: str, attention_factor: float = 1.0,
+                       per_head: bool = False) -> Array:
+  """Rotates channel pairs of ``x`` by precomputed angles (the RoPE primitive).
+
+  The rotation (cos and sin, each ``[..., L, 1, R/2]``) is built once per position and broadcast
+  over batch and heads; only the multiply touches every element.
+
+  Args:
+    x: ``[..., L, H, D]`` queries or keys (any float dtype).
+    angles: float32 ``[..., L, R/2]`` (shared by all heads), or ``[..., L, H, R/2]`` with
+      ``per_head=True`` (RoPE-Mixed, learned frequencies). Leading axes broadcast against ``x``.
+    layout: ``"half"`` (pairs ``i, i + R/2``, rotate-half form) or ``"interleaved"`` (pairs
+      ``2i, 2i+1``, complex-number form).
+    attention_factor: multiplies both cos and sin, so q.k logits scale by its square (HF's
+      ``attention_scaling``; YaRN / LongRoPE).
+    per_head: whether ``angles`` carry a heads axis.
+
+  Returns:
+    ``[..., L, H, D]`` in ``x.dtype``: the first ``R`` dims rotated, the rest unchanged.
+  """
+  arg_checks.check_choice("layout", layout, LAYOUTS)
+  angles = _angles_for(x, angles, per_head)
+  half = angles.shape[-1]
+  rotated = 2 * half
+  factor = jnp.float32(attention_factor)
+  cos = jnp.cos(angles) * factor
+  sin = jnp.sin(angles) * factor
+  xr = x[..., :rotated].astype(jnp.float32)
+  if layout == "half":
+    x1, x2 = xr[..., :half], xr[..., half:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  else:
+    pairs = xr.reshape(xr.shape[:-1] + (half, 2))
+    z = jax.lax.complex(pairs[..., 0], pairs[..., 1])
+    z = z * jax.lax.complex(cos, sin)  # One complex rotation table, broadcast over B and H.
+    out = jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1).reshape(xr.shape)
+  out = out.astype(x.dtype)
+  if rotated == x.shape[-1]:
+    return out
+  return jnp.concatenate([out, x[..., rotated:]], axis=-1)
+
+
+def apply_rope(x: Array, positions: Array, inv_freq: Array, *, layout: str,
+               attention_factor: float = 1.0) -> Array:
+  """Applies rotary position embedding to queries or keys.
+
+  Args:
+    x: ``[..., L, H, D]`` queries or keys.
+    positions: integer ``[..., L]`` positions (leading axes broadcast against ``x``; e.g. ``[L]``
+      for all batch rows or ``[B, L]`` for per-row offsets).
+    inv_freq: float32 ``[R // 2]`` from :func:`rope_inv_freq`; the first ``R`` dims are rotated.
+    layout: ``"half"`` (GPT-NeoX / HF ``rotate_half``) or ``"interleaved"`` (GPT-J / Meta Llama,
+      complex form).
+    attention_factor: multiplies both cos and sin (HF convention).
+
+  Returns:
+    ``[..., L, H, D]`` in ``x.dtype``.
+
+  References:
+    Su et al. 2021, arXiv 2104.09864.
+  """
+  return rotate_with_angles(x, rope_angles(positions, inv_freq), layout=layout,
+                            attention_factor=attention_factor)
+
+
+def rope_layout_permutation(head_dim: int, *, rotary_dim: Optional[int] = None) -> np.ndarray:
+  """Channel permutation ``perm`` with ``x_interleaved = x_half[..., perm]``.
+
+  Channel ``2i`` of the interleaved layout is channel ``i`` of the half layout and channel
+  ``2i + 1`` is ``i + R/2``; dims past ``rotary_dim`` are left in place. The inverse
+  (``np.argsort(perm)``) maps interleaved to half: ``x_half = x_interleaved[..., argsort(perm)]``.
+
+  Args:
+    head_dim: D.
+    rotary_dim: R (defaults to D).
+
+  Returns:
+    int64 ``[D]`` permutation; for D = 8: ``[0, 4, 1, 5, 2, 6, 3, 7]``.
+  """
+  config = RopeConfig(head_dim, rotary_dim=rotary_dim)
+  half = config.num_rotated // 2
+  perm = np.empty(head_dim, dtype=np.int64)
+  perm[0:2 * half:2] = np.arange(half)
+  perm[1:2 * half:2] = np.arange(half) + half
+  perm[2 * half:] = np.arange(2 * half, head_dim)
+  return perm
+
+
+def permute_rope_weights(w, *, num_heads: int, head_dim: int, rotary_dim: Optional[int] = None,
+                         from_layout: str, to_layout: str, axis: int = -1):
+  """Moves ``W_q`` / ``W_k`` (or their biases) between RoPE channel layouts.
+
+  ``apply_rope(x @ permuted_w, layout=to_layout)`` equals ``apply_rope(x @ w,
+  layout=from_layout)`` up to the same channel permutation, and every q.k score is unchanged.
+  This is the conversion between Meta's Llama checkpoints (interleaved) and Hugging Face's
+  (half).
+
+  Args:
+    w: array whose ``axis`` has size ``num_heads * head_dim`` (heads outer), e.g. a
+      ``[d_model, H * D]`` projection; numpy or jax.
+    num_heads: H.
+    head_dim: D.
+    rotary_dim: R (defaults to D); dims past it are not moved.
+    from_layout: layout ``w`` was trained for.
+    to_layout: layout to convert to.
+    axis: the projection's output axis.
+
+  Returns:
+    The permuted array (same type, shape and dtype).
+  """
+  arg_checks.check_choice("from_layout", from_layout, LAYOUTS)
+  arg_checks.check_choice("to_layout", to_layout, LAYOUTS)
+  arg_checks.check_positive_int("num_heads", num_heads)
+  perm = rope_layout_permutation(head_dim, rotary_dim=rotary_dim)
+  ndim = np.ndim(w)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis must be in [{-ndim}, {ndim}), got {axis}")
+  axis = axis % ndim
+  size = np.shape(w)[axis]
+  if size != num_heads * head_dim:
+    raise ValueError(
+        f"w axis {axis} must have num_heads * head_dim = {num_heads * head_dim} entries, got "
+        f"{size} (shape {np.shape(w)})")
+  if from_layout == to_layout:
+    return w
+  index = perm if to_layout == "interleaved" else np.argsort(perm)
+  full = (np.arange(num_heads)[:, None] * head_dim + index[None, :]).reshape(-1)
+  if isinstance(w, np.ndarray):
+    return np.take(w, full, axis=axis)
+  return jnp.take(w, jnp.asarray(full), axis=axis)
