@@ -51,6 +51,9 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.data.name = "stdlib"  # "stdlib", a path to a UTF-8 file/dir, or copy/reverse/passkey/addition.
   config.data.train_len = 128  # Training sequence length in tokens (bytes).
   config.data.batch_size = 16  # Sequences per training batch.
+  config.data.task_min_size = 0  # Smallest synthetic task size; 0 means the task minimum.
+  config.data.task_max_size = 0  # Largest synthetic task size; 0 means what fits train_len.
+  config.data.reverse_digits = False  # Addition written least-significant digit first.
 
   config.optim = ml_collections.ConfigDict()
   config.optim.learning_rate = 3e-3  # Peak learning rate of AdamW.

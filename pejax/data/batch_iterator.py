@@ -1,0 +1,94 @@
+"""Training batch iterators whose position is a step count, so checkpoints resume exactly.
+
+Axes: B batch, L sequence length.
+
+Every iterator yields dicts of numpy arrays
+
+  inputs     int32   [B, L]  token (byte) ids fed to the model
+  targets    int32   [B, L]  the next byte of each input position
+  positions  int32   [B, L]  explicit positions (0..L-1 per row)
+  loss_mask  float32 [B, L]  1.0 where the target is scored, 0.0 elsewhere
+
+and batch number `i` is a pure function of `(seed, i)`: it is drawn from
+`np.random.default_rng([seed, i])`. The iterator state is therefore `{"kind", "seed", "step", ...}`
+(JSON-serializable); restoring it with `set_state` makes the next batch equal, bit for bit, to the
+batch an uninterrupted run would have drawn. `set_state` refuses a state written by an iterator of
+another kind or with different data parameters (seed, batch size, length, data size), naming the
+field, because resuming onto different data silently breaks the exactness promise.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from pejax.encodings import arg_checks
+
+
+class BatchIterator(abc.ABC):
+  """Base class: iteration and checkpointable state on top of a pure `batch_at(step)`.
+
+  Subclasses implement `batch_at` and `identity`.
+  """
+
+  def __init__(self, *, seed: int, batch_size: int, seq_len: int):
+    self.seed = arg_checks.check_nonnegative_int("seed", seed)
+    self.batch_size = arg_checks.check_positive_int("batch_size", batch_size)
+    self.seq_len = arg_checks.check_positive_int("seq_len", seq_len)
+    self._step = 0
+
+  @abc.abstractmethod
+  def batch_at(self, step: int) -> dict[str, np.ndarray]:
+    """Returns batch number `step` (a pure function of the seed, the step and the data)."""
+
+  @abc.abstractmethod
+  def identity(self) -> dict[str, Any]:
+    """JSON-serializable fields that a state must match to be restored (`kind`, `seed`, ...)."""
+
+  def rng(self, step: int) -> np.random.Generator:
+    """The generator of batch `step`: `np.random.default_rng([seed, step])`."""
+    step = arg_checks.check_nonnegative_int("step", step)
+    return np.random.default_rng([self.seed, step])
+
+  @property
+  def step(self) -> int:
+    """Number of batches drawn so far (the index of the next batch)."""
+    return self._step
+
+  def __iter__(self) -> BatchIterator:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    batch = self.batch_at(self._step)
+    self._step += 1
+    return batch
+
+  def get_state(self) -> dict[str, Any]:
+    """JSON-serializable position: `identity()` plus `"step"`."""
+    return {**self.identity(), "step": self._step}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    """Restores a position saved by `get_state`.
+
+    Args:
+      state: A dict from `get_state` (possibly through a JSON round trip).
+
+    Raises:
+      ValueError: if `state` is not a dict, lacks a field, was written by an iterator of another
+        kind or with other data parameters (the message names the field and both values), or has
+        a negative / non-integer step.
+    """
+    if not isinstance(state, dict):
+      raise ValueError(f"state must be a dict from get_state(), got {type(state).__name__}")
+    expected = self.identity()
+    missing = sorted((set(expected) | {"step"}) - set(state))
+    if missing:
+      raise ValueError(f"state is missing field(s) {missing}; got fields {sorted(state)}")
+    for field, value in expected.items():
+      if state[field] != value:
+        raise ValueError(
+            f"cannot restore iterator state: state has {field}={state[field]!r} but this iterator"
+            f" has {field}={value!r}")
+    self._step = arg_checks.check_nonnegative_int("state['step']", state["step"])
