@@ -1,0 +1,133 @@
+"""Attention with Linear Biases, ALiBi (Press et al., 2022).
+
+Axes: H heads, Lq query length, Lk key length; `...` any leading batch dims.
+
+ALiBi adds no position information to the embeddings; each head h adds a penalty linear in the
+query-key distance to its attention logits:
+
+  causal:         bias[h, q, k] = -slope_h * (q - k)
+  bidirectional:  bias[h, q, k] = -slope_h * |q - k|
+
+The bias is computed from explicit integer positions by broadcasting, so it can be evaluated one
+`[Lq, Lk]` tile at a time by blockwise attention and never needs an `[N, N]` input.
+
+References:
+  Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input
+  Length Extrapolation", ICLR 2022, arXiv:2108.12409.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pejax.encodings import arg_checks
+
+
+def _power_of_two_slopes(n: int) -> list[float]:
+  """Geometric sequence start = ratio = 2^(-8/n), as in Press et al. `get_slopes`."""
+  start = 2 ** (-2 ** -(math.log2(n) - 3))
+  return [start * start ** i for i in range(n)]
+
+
+def _get_slopes(n: int) -> list[float]:
+  """Press et al. `get_slopes`, float64 arithmetic and list order kept verbatim."""
+  if math.log2(n).is_integer():
+    return _power_of_two_slopes(n)
+  closest_power_of_two = 2 ** math.floor(math.log2(n))
+  return (_power_of_two_slopes(closest_power_of_two)
+          + _get_slopes(2 * closest_power_of_two)[0::2][:n - closest_power_of_two])
+
+
+def alibi_slopes(num_heads: int) -> jnp.ndarray:
+  """Per-head ALiBi slopes, in the order of Press et al. `get_slopes` (BLOOM, MPT).
+
+  For a power of two n the slopes are the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8).
+  Otherwise, with c = 2^floor(log2 n): the c slopes of the power-of-two case, followed by the
+  first n - c of every other slope ([0::2]) of the 2c case. Computed in float64 as the reference
+  does, then rounded once to float32.
+
+  Args:
+    num_heads: Number of heads H >= 1.
+
+  Returns:
+    `[H]` float32 slopes.
+
+  Raises:
+    ValueError: if `num_heads` is not an integer >= 1.
+  """
+  num_heads = arg_checks.check_positive_int("num_heads", num_heads)
+  return jnp.asarray(np.asarray(_get_slopes(num_heads), dtype=np.float32))
+
+
+def _check_positions(q_positions: Any, k_positions: Any) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """Validates `[..., Lq]` / `[..., Lk]` integer positions with broadcastable leading dims."""
+  q_positions = arg_checks.check_integer_array("q_positions", q_positions)
+  k_positions = arg_checks.check_integer_array("k_positions", k_positions)
+  arg_checks.check_min_rank("q_positions", q_positions, 1, "[..., Lq]")
+  arg_checks.check_min_rank("k_positions", k_positions, 1, "[..., Lk]")
+  try:
+    np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
+  except ValueError:
+    raise ValueError(
+        "q_positions and k_positions must have broadcastable leading dims, got shapes"
+        f" {q_positions.shape} and {k_positions.shape}") from None
+  return q_positions, k_positions
+
+
+def alibi_bias(
+    q_positions: Any,
+    k_positions: Any,
+    slopes: Any,
+    *,
+    causal: bool = True,
+) -> jnp.ndarray:
+  """ALiBi attention-logit bias from explicit query and key positions.
+
+  In causal mode the entries with k > q come out positive (`slope * (k - q)`): they are not
+  masked here, the attention's causal mask removes them. BLOOM builds the causal bias as
+  `slope_h * k`; that differs from `-slope_h * (q - k)` by `-slope_h * q`, a constant along each
+  query row, which softmax ignores, so both give the same attention weights.
+
+  Args:
+    q_positions: `[..., Lq]` integer query positions.
+    k_positions: `[..., Lk]` integer key positions; leading dims must broadcast with
+      `q_positions`'.
+    slopes: `[H]` per-head slopes, usually `alibi_slopes(H)`.
+    causal: `-slope * (q - k)` if True, `-slope * |q - k|` (symmetric) if False.
+
+  Returns:
+    `[..., H, Lq, Lk]` float32 bias, the head dim inserted before Lq.
+
+  Raises:
+    ValueError: if positions are not integer arrays of rank >= 1, their leading dims do not
+      broadcast, or `slopes` is not 1-D.
+  """
+  q_positions, k_positions = _check_positions(q_positions, k_positions)
+  slopes = jnp.asarray(slopes)
+  if slopes.ndim != 1:
+    raise ValueError(f"slopes must be 1-D [H], got shape {slopes.shape}")
+  return _bias(q_positions, k_positions, slopes, bool(causal))
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, slopes: jnp.ndarray,
+          causal: bool) -> jnp.ndarray:
+  """Validated `[..., Lq]`, `[..., Lk]` and `[H]` -> `[..., H, Lq, Lk]`."""
+  batch_shape = np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
+  q_positions = jnp.broadcast_to(q_positions, batch_shape + q_positions.shape[-1:])
+  k_positions = jnp.broadcast_to(k_positions, batch_shape + k_positions.shape[-1:])
+  # -(q - k), negated in int32 so that the diagonal is +0.0 rather than -0.0.
+  q_positions = q_positions.astype(jnp.int32)  # signed: uint positions must not wrap below
+  k_positions = k_positions.astype(jnp.int32)
+  offset = k_positions[..., None, :] - q_positions[..., :, None]  # [..., Lq, Lk] int32
+  if not causal:
+    offset = -jnp.abs(offset)
+  num_heads = slopes.shape[0]
+  slopes = jnp.reshape(slopes.astype(jnp.float32), (1,) * len(batch_shape) + (num_heads, 1, 1))
+  return slopes * offset[..., None, :, :].astype(jnp.float32)
