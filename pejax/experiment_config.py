@@ -69,7 +69,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.train.log_every = 50  # Steps between progress lines.
   config.train.eval_every = 200  # Steps between validation losses.
   config.train.checkpoint_every = 200  # Steps between checkpoints.
-  config.train.keep_checkpoints = 2  # Checkpoints kept on disk.
+  config.train.keep_checkpoints = 2  # Checkpoints kept on disk; 0 keeps all.
   config.train.resume = True  # Continue from the latest checkpoint in workdir if present.
 
   config.eval = ml_collections.ConfigDict()

@@ -261,12 +261,15 @@ def _machine() -> str:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, *,
-                       log: Callable[[str], None] = print) -> ExperimentResult:
+                       log: Callable[[str], None] = print,
+                       step_callbacks: Sequence[Callable[[int, Dict[str, float]], None]] = (),
+                       ) -> ExperimentResult:
   """Trains a decoder as ``config`` says, evaluates extrapolation, writes the results.
 
   Args:
     config: an experiment config (:func:`pejax.experiment_config.get_default_config`).
     log: receives progress and result lines.
+    step_callbacks: called as ``callback(step, metrics)`` after every training step.
 
   Returns:
     An :class:`ExperimentResult`.
@@ -318,7 +321,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     eval_fn = _validation_fn(corpus.valid, train_len)
   optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=config.train.steps)
   train_result = loop.train(model, optimizer, train_iter, config=config, workdir=workdir,
-                            eval_fn=eval_fn, log_fn=log)
+                            eval_fn=eval_fn, log_fn=log, step_callbacks=step_callbacks)
   if train_result.stop_reason:
     log(f"stopped early ({train_result.stop_reason}) at step {train_result.final_step}; "
         "checkpoint saved, re-run the same command to continue")

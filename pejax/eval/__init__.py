@@ -1,0 +1,25 @@
+"""Evaluation: perplexity against length (two protocols), passkey retrieval, reports."""
+
+from pejax.eval.passkey import passkey_accuracy
+from pejax.eval.passkey import PasskeyResult
+from pejax.eval.perplexity import default_stride
+from pejax.eval.perplexity import LengthResult
+from pejax.eval.perplexity import perplexity_at_lengths
+from pejax.eval.perplexity import score_windows
+from pejax.eval.report import format_passkey_table
+from pejax.eval.report import format_table
+from pejax.eval.report import plot_perplexity
+from pejax.eval.report import write_results
+
+__all__ = (
+    "default_stride",
+    "format_passkey_table",
+    "format_table",
+    "LengthResult",
+    "passkey_accuracy",
+    "PasskeyResult",
+    "perplexity_at_lengths",
+    "plot_perplexity",
+    "score_windows",
+    "write_results",
+)

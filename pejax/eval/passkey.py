@@ -1,0 +1,100 @@
+"""Passkey retrieval accuracy by length and depth.
+
+A number is hidden at a chosen depth of filler text and asked for at the end (Mohtashami and
+Jaggi 2023, "Landmark Attention", arXiv 2305.16300). Scoring is teacher-forced: a retrieval counts
+as correct when the argmax prediction of every answer byte is right, which is the same event as
+greedy decoding reproducing the key (each answer byte is predicted from the correct earlier ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pejax import data as data_lib
+from pejax.encodings import arg_checks
+
+
+@dataclasses.dataclass(frozen=True)
+class PasskeyResult:
+  """Retrieval accuracy at one (length, depth) cell.
+
+  Attributes:
+    length: sequence length L in bytes.
+    depth: requested key depth in [0, 1] (0 = start of the filler).
+    accuracy: fraction of examples whose whole key is predicted; NaN when not evaluated.
+    examples: number of examples.
+    status: ``"ok"`` or why the cell was skipped.
+  """
+
+  length: int
+  depth: float
+  accuracy: float
+  examples: int
+  status: str = "ok"
+
+  def to_json(self) -> Dict[str, object]:
+    out = dataclasses.asdict(self)
+    if out["accuracy"] != out["accuracy"]:
+      out["accuracy"] = None
+    return out
+
+
+@nnx.jit(static_argnames=("attention",))
+def _all_answer_bytes_right(model: nnx.Module, inputs: jax.Array, targets: jax.Array,
+                            positions: jax.Array, loss_mask: jax.Array, *,
+                            attention: str) -> jax.Array:
+  logits = model(inputs, positions=positions, attention=attention)
+  wrong = (jnp.argmax(logits, axis=-1) != targets) & (loss_mask > 0)
+  return ~jnp.any(wrong, axis=-1)
+
+
+def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Sequence[float],
+                     examples: int = 16, seed: int = 0, blockwise_threshold: int = 2048,
+                     max_length: Optional[int] = None,
+                     progress: Optional[Callable[[str], None]] = None) -> List[PasskeyResult]:
+  """Passkey accuracy of ``model`` for every (length, depth).
+
+  Args:
+    model: decoder called as ``model(inputs, positions=..., attention=...)``.
+    lengths: sequence lengths L (each at least the task minimum, about 80 bytes).
+    depths: key depths in [0, 1].
+    examples: examples per cell (one batch).
+    seed: data seed; cells use ``seed + index`` so they are independent and reproducible.
+    blockwise_threshold: lengths above it use blockwise attention.
+    max_length: longest length the model supports (learned table); longer cells are skipped.
+    progress: optional callback receiving one line per cell.
+
+  Returns:
+    One :class:`PasskeyResult` per cell, lengths outer.
+  """
+  examples = arg_checks.check_positive_int("examples", examples)
+  results = []
+  for i, length in enumerate(lengths):
+    length = arg_checks.check_positive_int("lengths", length)
+    for j, depth in enumerate(depths):
+      if max_length is not None and length > max_length:
+        results.append(PasskeyResult(length, float(depth), float("nan"), 0,
+                                     f"n/a (table size {max_length})"))
+        continue
+      if length + 1 < data_lib.passkey_min_length(5):
+        results.append(PasskeyResult(length, float(depth), float("nan"), 0,
+                                     f"n/a (shorter than {data_lib.passkey_min_length(5)})"))
+        continue
+      batch = data_lib.synthetic_batch(
+          "passkey", seed + 1000 * i + j, batch_size=examples, seq_len=length,
+          min_size=length + 1, max_size=length + 1, depth=float(depth))
+      right = _all_answer_bytes_right(
+          model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
+          jnp.asarray(batch["loss_mask"]),
+          attention="blockwise" if length > blockwise_threshold else "dense")
+      accuracy = float(np.mean(np.asarray(right)))
+      results.append(PasskeyResult(length, float(depth), accuracy, examples))
+      if progress is not None:
+        progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
+  return results
