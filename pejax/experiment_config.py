@@ -71,6 +71,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.train.checkpoint_every = 200  # Steps between checkpoints.
   config.train.keep_checkpoints = 2  # Checkpoints kept on disk; 0 keeps all.
   config.train.resume = True  # Continue from the latest checkpoint in workdir if present.
+  config.train.init_from = ""  # Workdir whose latest weights initialize a fresh run (fine-tune).
 
   config.eval = ml_collections.ConfigDict()
   config.eval.lens = ""  # Comma-separated eval lengths; empty means 1,2,4,8,16 x train_len.

@@ -136,6 +136,23 @@ class ExperimentTest(absltest.TestCase):
     self.assertIn("zero-shot yarn x2", result.text)
     self.assertLen(result.tables, 2)
 
+  def test_fine_tune_from_another_run_with_scaling_and_longer_length(self):
+    source = self.create_tempdir().full_path
+    experiment.train_and_evaluate(_tiny_config(source, **{"train.steps": 2}), log=lambda s: None)
+    lines = []
+    target = self.create_tempdir().full_path
+    result = experiment.train_and_evaluate(
+        _tiny_config(target, **{"train.steps": 2, "train.init_from": source,
+                                "pe.rope_scaling": "yarn", "pe.rope_factor": 2.0,
+                                "pe.rope_original_max_position": 32, "data.train_len": 64,
+                                "eval.lens": "64"}), log=lines.append)
+    self.assertTrue(any(line.startswith("initialized from") for line in lines))
+    self.assertEqual(result.train.final_step, 2)
+    with self.assertRaisesRegex(ValueError, "model.d_model"):
+      experiment.train_and_evaluate(
+          _tiny_config(self.create_tempdir().full_path,
+                       **{"train.init_from": source, "model.d_model": 16}), log=lambda s: None)
+
   def test_eval_rope_scaling_needs_rope(self):
     with self.assertRaisesRegex(experiment.ConfigError, "needs pe=rope"):
       experiment.train_and_evaluate(

@@ -319,6 +319,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     log(f"data: {len(corpus.train):,} train / {len(corpus.valid):,} validation bytes; "
         f"unigram perplexity {unigram:.2f} (a context-free model's level)")
     eval_fn = _validation_fn(corpus.valid, train_len)
+  init_from = config.train.get("init_from", "")
+  if init_from and not (workdir / checkpoint_lib.CHECKPOINT_SUBDIR).exists():
+    # Fine-tuning: weights from another run (model shapes must match; PE scaling, length and
+    # optimizer may differ), a fresh optimizer, step 0.
+    source = pathlib.Path(init_from) / checkpoint_lib.CHECKPOINT_SUBDIR
+    try:
+      with checkpoint_lib.Checkpointer(source, config=config,
+                                       compatibility_sections=("model",)) as ckpt:
+        restored = ckpt.restore(model)
+    except FileNotFoundError as e:
+      raise ConfigError(f"init_from={init_from!r}: {e}") from None
+    log(f"initialized from {source} step {restored.step}")
   optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=config.train.steps)
   train_result = loop.train(model, optimizer, train_iter, config=config, workdir=workdir,
                             eval_fn=eval_fn, log_fn=log, step_callbacks=step_callbacks)
