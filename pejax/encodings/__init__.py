@@ -6,17 +6,43 @@ modules that own learnable tables (kept in their own files).
 
 from pejax.encodings.alibi import alibi_bias
 from pejax.encodings.alibi import alibi_slopes
+from pejax.encodings.axial_rope import apply_axial_rope
+from pejax.encodings.axial_rope import axial_inv_freqs
+from pejax.encodings.axial_rope import axial_rope_angles
+from pejax.encodings.axial_rope import axial_split
+from pejax.encodings.graph_laplacian import LaplacianPE
+from pejax.encodings.graph_laplacian import check_adjacency
+from pejax.encodings.graph_laplacian import connected_components
+from pejax.encodings.graph_laplacian import dense_adjacency
+from pejax.encodings.graph_laplacian import laplacian_pe
+from pejax.encodings.graph_laplacian import laplacian_pe_from_edges
+from pejax.encodings.graph_laplacian import normalized_laplacian
+from pejax.encodings.graph_laplacian import random_sign_flip
+from pejax.encodings.graph_random_walk import random_walk_pe
+from pejax.encodings.graph_random_walk import random_walk_pe_from_edges
 from pejax.encodings.learned_position import LearnedPositionEmbedding
+from pejax.encodings.mrope import apply_mrope
+from pejax.encodings.mrope import mrope_angles
+from pejax.encodings.mrope import mrope_position_ids
+from pejax.encodings.position_grids import check_grid_positions
+from pejax.encodings.position_grids import grid_positions
+from pejax.encodings.position_grids import image_positions
+from pejax.encodings.position_grids import interpolation_scale
+from pejax.encodings.position_grids import resize_grid_table
+from pejax.encodings.position_grids import video_positions
 from pejax.encodings.randomized import randomized_positions
+from pejax.encodings.rope import RopeConfig
 from pejax.encodings.rope import apply_rope
 from pejax.encodings.rope import permute_rope_weights
 from pejax.encodings.rope import rope_angles
 from pejax.encodings.rope import rope_inv_freq
 from pejax.encodings.rope import rope_layout_permutation
-from pejax.encodings.rope import RopeConfig
 from pejax.encodings.rope import rotate_with_angles
 from pejax.encodings.rope_hf import rope_config_from_hf
 from pejax.encodings.rope_hf import rope_config_to_hf
+from pejax.encodings.rope_mixed import RopeMixed
+from pejax.encodings.rope_mixed import rope_mixed_angles
+from pejax.encodings.rope_mixed import rope_mixed_init_freqs
 from pejax.encodings.rope_scaling import DynamicNTKScaling
 from pejax.encodings.rope_scaling import LinearScaling
 from pejax.encodings.rope_scaling import Llama3Scaling
@@ -25,31 +51,63 @@ from pejax.encodings.rope_scaling import NTKScaling
 from pejax.encodings.rope_scaling import YaRNScaling
 from pejax.encodings.sinusoidal import sinusoidal_embedding
 from pejax.encodings.sinusoidal import sinusoidal_table
+from pejax.encodings.sinusoidal_2d import sinusoidal_2d_embedding
+from pejax.encodings.sinusoidal_2d import sinusoidal_2d_table
+from pejax.encodings.sinusoidal_2d import sinusoidal_nd_embedding
 from pejax.encodings.t5_bias import T5RelativeBias
 from pejax.encodings.t5_buckets import t5_relative_position_bucket
 
 __all__ = (
     "alibi_bias",
     "alibi_slopes",
+    "apply_axial_rope",
+    "apply_mrope",
     "apply_rope",
+    "axial_inv_freqs",
+    "axial_rope_angles",
+    "axial_split",
+    "check_adjacency",
+    "check_grid_positions",
+    "connected_components",
+    "dense_adjacency",
     "DynamicNTKScaling",
+    "grid_positions",
+    "image_positions",
+    "interpolation_scale",
+    "laplacian_pe",
+    "laplacian_pe_from_edges",
+    "LaplacianPE",
     "LearnedPositionEmbedding",
     "LinearScaling",
     "Llama3Scaling",
     "LongRoPEScaling",
+    "mrope_angles",
+    "mrope_position_ids",
+    "normalized_laplacian",
     "NTKScaling",
     "permute_rope_weights",
+    "random_sign_flip",
+    "random_walk_pe",
+    "random_walk_pe_from_edges",
     "randomized_positions",
+    "resize_grid_table",
     "rope_angles",
     "rope_config_from_hf",
     "rope_config_to_hf",
     "rope_inv_freq",
     "rope_layout_permutation",
+    "rope_mixed_angles",
+    "rope_mixed_init_freqs",
     "RopeConfig",
+    "RopeMixed",
     "rotate_with_angles",
+    "sinusoidal_2d_embedding",
+    "sinusoidal_2d_table",
     "sinusoidal_embedding",
+    "sinusoidal_nd_embedding",
     "sinusoidal_table",
     "t5_relative_position_bucket",
     "T5RelativeBias",
+    "video_positions",
     "YaRNScaling",
 )
