@@ -1,0 +1,49 @@
+"""Flax NNX decoder and attention; positional encodings enter through three hooks."""
+
+from pejax.nn.attention import attention
+from pejax.nn.attention import choose_implementation
+from pejax.nn.attention_mask import attention_mask
+from pejax.nn.blockwise_attention import blockwise_attention
+from pejax.nn.decoder import Decoder
+from pejax.nn.decoder_block import DecoderBlock
+from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.kv_cache import KVCache
+from pejax.nn.kv_cache import init_kv_cache
+from pejax.nn.mlp import Mlp
+from pejax.nn.positional import AlibiPE
+from pejax.nn.positional import LearnedPE
+from pejax.nn.positional import NoPE
+from pejax.nn.positional import PositionalEncoding
+from pejax.nn.positional import RotaryPE
+from pejax.nn.positional import SinusoidalPE
+from pejax.nn.positional import T5BiasPE
+from pejax.nn.positional import build_pe
+from pejax.nn.positional import get_pe_class
+from pejax.nn.positional import pe_names
+from pejax.nn.positional import register_pe
+from pejax.nn.self_attention import SelfAttention
+
+__all__ = [
+    "AlibiPE",
+    "Decoder",
+    "DecoderBlock",
+    "DecoderConfig",
+    "KVCache",
+    "LearnedPE",
+    "Mlp",
+    "NoPE",
+    "PositionalEncoding",
+    "RotaryPE",
+    "SelfAttention",
+    "SinusoidalPE",
+    "T5BiasPE",
+    "attention",
+    "attention_mask",
+    "blockwise_attention",
+    "build_pe",
+    "choose_implementation",
+    "get_pe_class",
+    "init_kv_cache",
+    "pe_names",
+    "register_pe",
+]

@@ -1,0 +1,122 @@
+"""Softmax attention behind one function: ``dense`` or ``blockwise``, chosen by name or length.
+
+Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads (GQA), D head dim.
+
+* ``dense`` calls ``jax.nn.dot_product_attention`` (XLA on CPU/TPU; float32 logits and softmax
+  whatever the input dtype). It materializes ``[B, H, Lq, Lk]`` logits, so it is the fast choice
+  for training lengths.
+* ``blockwise`` (:mod:`pejax.nn.blockwise_attention`) tiles queries and keys with an online
+  softmax and evaluates the positional bias per tile: memory O(L * tile), for evaluation far
+  beyond the training length.
+
+Both take the same inputs and give the same numbers (float32 rounding aside). The positional bias
+is passed either as a function of positions (``bias(q_positions, k_positions) -> [B|1, H, Lq,
+Lk]``; both implementations accept it) or, for ``dense`` only, as the array that function
+returned, so that a decoder evaluates it once per forward pass and shares it across layers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings import arg_checks
+from pejax.nn.attention_mask import attention_mask
+from pejax.nn.batch_broadcast import broadcast_batch
+from pejax.nn.blockwise_attention import blockwise_attention
+
+Array = jax.Array
+Bias = Union[None, Array, Callable[[Array, Array], Array]]
+
+IMPLEMENTATIONS = ("dense", "blockwise")
+ATTENTION_CHOICES = ("auto",) + IMPLEMENTATIONS
+
+
+def choose_implementation(attention: str, length: int, *, blockwise_threshold: int) -> str:
+  """Resolves ``"auto"`` to ``"dense"`` up to ``blockwise_threshold`` tokens, else ``"blockwise"``.
+
+  Args:
+    attention: ``"auto"``, ``"dense"`` or ``"blockwise"``.
+    length: the (static) number of query tokens.
+    blockwise_threshold: longest length that ``"auto"`` runs densely.
+
+  Returns:
+    ``"dense"`` or ``"blockwise"``.
+  """
+  arg_checks.check_choice("attention", attention, ATTENTION_CHOICES)
+  if attention != "auto":
+    return attention
+  return "blockwise" if length > blockwise_threshold else "dense"
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    q_positions: Array,
+    k_positions: Array,
+    bias: Bias = None,
+    implementation: str = "dense",
+    causal: bool = True,
+    q_offset: Array | int = 0,
+    kv_length: Optional[Array | int] = None,
+    q_segment_ids: Optional[Array] = None,
+    k_segment_ids: Optional[Array] = None,
+    block_size: int = 512,
+) -> Array:
+  """Scaled dot-product attention with a positional bias, causal/segment masks and GQA.
+
+  Query ``i`` sits at slot ``q_offset + i``, key ``j`` at slot ``j`` (a KV cache passes its
+  length as ``q_offset``; a plain forward pass uses 0). Causality compares slots, not positions.
+
+  Args:
+    q: ``[B, Lq, H, D]`` queries.
+    k: ``[B, Lk, K, D]`` keys, ``H % K == 0``.
+    v: ``[B, Lk, K, D]`` values.
+    q_positions: int ``[B | 1, Lq]`` query positions (arguments of a bias function).
+    k_positions: int ``[B | 1, Lk]`` key positions.
+    bias: ``None``; a function ``(q_positions, k_positions) -> [B|1, H, Lq, Lk]``; or, for
+      ``dense`` only, an already evaluated ``[B|1, H, Lq, Lk]`` array.
+    implementation: ``"dense"`` or ``"blockwise"``.
+    causal: mask keys at later slots.
+    q_offset: int scalar slot of the first query.
+    kv_length: optional int scalar; keys at slots ``>= kv_length`` are masked.
+    q_segment_ids: optional int ``[B, Lq]`` segment of each query (packed sequences).
+    k_segment_ids: optional int ``[B, Lk]`` segment of each key.
+    block_size: tile size of ``blockwise``.
+
+  Returns:
+    ``[B, Lq, H, D]`` in ``q.dtype``.
+  """
+  arg_checks.check_choice("implementation", implementation, IMPLEMENTATIONS)
+  if q.ndim != 4 or k.ndim != 4 or v.shape != k.shape:
+    raise ValueError(
+        f"q must be [B, Lq, H, D] and k, v [B, Lk, K, D], got shapes {q.shape}, {k.shape}, "
+        f"{v.shape}")
+  if q.shape[-1] != k.shape[-1] or q.shape[2] % k.shape[2]:
+    raise ValueError(
+        f"query heads ({q.shape[2]}) must be a multiple of key/value heads ({k.shape[2]}) and "
+        f"head dims must match, got q {q.shape} and k {k.shape}")
+  if implementation == "blockwise":
+    if bias is not None and not callable(bias):
+      raise ValueError(
+          "bias must be a function of positions for blockwise attention (it is evaluated per "
+          f"tile), got an array of shape {jnp.shape(bias)}")
+    return blockwise_attention(
+        q, k, v, q_positions=q_positions, k_positions=k_positions, bias_fn=bias, causal=causal,
+        q_offset=q_offset, kv_length=kv_length, q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids, block_size=block_size)
+  if callable(bias):
+    bias = bias(q_positions, k_positions)
+  q_slots = q_offset + jnp.arange(q.shape[1], dtype=jnp.int32)
+  k_slots = jnp.arange(k.shape[1], dtype=jnp.int32)
+  mask = attention_mask(q_slots, k_slots, causal=causal, kv_length=kv_length,
+                        q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids)
+  if bias is not None:
+    bias = bias.astype(jnp.float32)
+    if bias.shape[0] == 1 and q.shape[0] > 1:
+      bias = broadcast_batch(bias, q.shape[0])  # Cheap gradient for learned shared biases.
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask)

@@ -1,0 +1,257 @@
+"""Pre-norm decoder-only Transformer in Flax NNX, with any registered positional encoding.
+
+Axes: B batch, L length (new tokens), T KV-cache capacity, V vocabulary, E model width,
+H query heads, K key/value heads.
+
+The PE enters only through its three hooks (:mod:`pejax.nn.positional.interface`): ``embed`` once
+after the token embedding, ``rotate`` in every attention layer, and ``bias``, which the decoder
+evaluates **once per forward pass** for dense attention (one ``[B|1, H, L, L]`` array shared by all
+layers, e.g. the single T5 table) or hands to blockwise attention as a function of positions to
+evaluate per tile.
+
+Positions are explicit: ``None`` means ``arange(L)`` for every row (kept as a ``[1, L]`` array so
+that biases and rotations are built once for the whole batch); training with randomized
+positions or packed sequences just passes them.
+
+Example::
+
+  config = DecoderConfig(pe="alibi", num_layers=2, d_model=128, num_heads=4)
+  model = Decoder(config, rngs=nnx.Rngs(0))
+  logits = model(tokens)                                  # [B, L, V] float32
+  cache = model.init_cache(batch_size=B, max_length=256)
+  logits, cache = model.prefill(prompt, None, cache)      # positions 0 .. L - 1
+  logits, cache = model.decode_step(next_token, jnp.full((B, 1), L), cache)
+
+References:
+  Radford et al. 2019 (GPT-2, pre-norm decoder); Touvron et al. 2023, "LLaMA", arXiv 2302.13971
+  (RMSNorm, SwiGLU, RoPE); Vaswani et al. 2017, arXiv 1706.03762 (embedding scaled by sqrt(E)).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings import arg_checks
+from pejax.nn.attention import Bias, choose_implementation
+from pejax.nn.decoder_block import DecoderBlock
+from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.kv_cache import KVCache, init_kv_cache
+from pejax.nn.positional.registry import build_pe
+
+
+def _check_batch_array(name: str, x: Any, batch: int, length: int, *,
+                       allow_shared: bool) -> jax.Array:
+  """Checks an int ``[B, L]`` (or ``[1, L]`` if ``allow_shared``) array, returns it as int32."""
+  x = arg_checks.check_integer_array(name, x)
+  ok = x.ndim == 2 and x.shape[1] == length and (
+      x.shape[0] == batch or (allow_shared and x.shape[0] == 1))
+  if not ok:
+    expected = f"[{batch}, {length}]" + (f" or [1, {length}]" if allow_shared else "")
+    raise ValueError(f"{name} must have shape {expected}, got {x.shape}")
+  return x.astype(jnp.int32)
+
+
+class Decoder(nnx.Module):
+  """Decoder-only Transformer: embed -> PE ``embed`` -> N blocks -> RMSNorm -> logits.
+
+  The token embedding is initialized from N(0, 1/E) and multiplied by sqrt(E) on input (unit
+  scale, comparable to sinusoidal positions); with tied embeddings the output projection is its
+  transpose, giving unit-scale logits at initialization.
+  """
+
+  def __init__(self, config: DecoderConfig, *, rngs: nnx.Rngs):
+    """Builds all parameters.
+
+    Args:
+      config: a :class:`DecoderConfig` (validated on construction).
+      rngs: provides the ``params`` stream.
+    """
+    if not isinstance(config, DecoderConfig):
+      raise ValueError(f"config must be a DecoderConfig, got {type(config).__name__}")
+    self.config = config
+    dtype = config.compute_dtype
+    self.embed = nnx.Embed(
+        config.vocab_size, config.d_model, dtype=dtype,
+        embedding_init=nnx.initializers.normal(stddev=config.d_model ** -0.5), rngs=rngs)
+    self.pe = build_pe(config, rngs=rngs)
+    self.blocks = nnx.List([DecoderBlock(config, rngs=rngs) for _ in range(config.num_layers)])
+    self.final_norm = nnx.RMSNorm(
+        config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.lm_head = None if config.tie_embeddings else nnx.Linear(
+        config.d_model, config.vocab_size, use_bias=False, dtype=dtype, rngs=rngs)
+
+  # ----------------------------------------------------------------------------------------------
+  # Full forward pass.
+
+  def __call__(self, tokens: jax.Array, *, positions: Optional[jax.Array] = None,
+               segment_ids: Optional[jax.Array] = None,
+               attention: Optional[str] = None) -> jax.Array:
+    """Logits of every position.
+
+    Args:
+      tokens: int ``[B, L]`` token ids.
+      positions: int ``[B, L]`` positions (or ``[1, L]`` shared by all rows); ``None`` means
+        ``0 .. L - 1`` for every row. Packed sequences restart them per segment.
+      segment_ids: optional int ``[B, L]``; tokens attend only within their segment.
+      attention: override of ``config.attention`` (``"auto"``, ``"dense"``, ``"blockwise"``).
+
+    Returns:
+      float32 logits ``[B, L, V]``.
+
+    Raises:
+      ValueError: on malformed tokens / positions / segment ids, or when ``positions`` is
+        ``None`` and ``L`` exceeds a learned table (``max_position``).
+    """
+    tokens = self._check_tokens(tokens)
+    batch, length = tokens.shape
+    if positions is None:
+      self._check_length(length)
+      positions = jnp.arange(length, dtype=jnp.int32)[None, :]
+    else:
+      positions = _check_batch_array("positions", positions, batch, length, allow_shared=True)
+    if segment_ids is not None:
+      segment_ids = _check_batch_array("segment_ids", segment_ids, batch, length,
+                                       allow_shared=False)
+    implementation = choose_implementation(
+        self.config.attention if attention is None else attention, length,
+        blockwise_threshold=self.config.blockwise_threshold)
+    x = self._embed(tokens, positions)
+    bias = self._bias(positions, positions, implementation)
+    for block in self.blocks:
+      x = block(x, pe=self.pe, positions=positions, segment_ids=segment_ids, bias=bias,
+                implementation=implementation)
+    return self._logits(x)
+
+  # ----------------------------------------------------------------------------------------------
+  # KV-cache decoding.
+
+  def init_cache(self, batch_size: int, max_length: int, *, dtype: Any = None) -> KVCache:
+    """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens.
+
+    Args:
+      batch_size: rows B.
+      max_length: capacity T (prompt plus generated tokens).
+      dtype: dtype of cached keys/values; defaults to the compute dtype.
+
+    Returns:
+      A :class:`~pejax.nn.kv_cache.KVCache` (a pytree; pass it through ``nnx.jit``).
+    """
+    config = self.config
+    return init_kv_cache(
+        num_layers=config.num_layers,
+        batch_size=arg_checks.check_positive_int("batch_size", batch_size),
+        max_length=arg_checks.check_positive_int("max_length", max_length),
+        num_kv_heads=config.kv_heads, head_dim=config.head_dim,
+        dtype=config.compute_dtype if dtype is None else dtype)
+
+  def prefill(self, tokens: jax.Array, positions: Optional[jax.Array],
+              cache: KVCache) -> tuple[jax.Array, KVCache]:
+    """Runs ``L`` prompt tokens, writes them to the cache and returns their logits.
+
+    Equal to the full forward pass over the same tokens and positions (any PE). May also be
+    called on a non-empty cache (chunked prefill): the tokens attend to everything cached.
+
+    Args:
+      tokens: int ``[B, L]``.
+      positions: int ``[B, L]`` (or ``[1, L]``); ``None`` continues from the cache length
+        (``length .. length + L - 1``).
+      cache: from :meth:`init_cache` or a previous call.
+
+    Returns:
+      ``(logits [B, L, V] float32, cache)``; logits are NaN if the cache overflowed under jit.
+    """
+    return self._extend(tokens, positions, cache)
+
+  def decode_step(self, token: jax.Array, position: jax.Array,
+                  cache: KVCache) -> tuple[jax.Array, KVCache]:
+    """Appends one token per row and returns its next-token logits.
+
+    Args:
+      token: int ``[B, 1]``.
+      position: int ``[B, 1]`` its position (explicit: any offset or scheme works).
+      cache: the cache after :meth:`prefill` / previous steps.
+
+    Returns:
+      ``(logits [B, 1, V] float32, cache)``.
+    """
+    token = self._check_tokens(token)
+    if token.shape[1] != 1:
+      raise ValueError(f"token must have shape [B, 1], got {token.shape}")
+    if position is None:
+      raise ValueError("position must be an int [B, 1] array, got None")
+    return self._extend(token, position, cache)
+
+  def _extend(self, tokens: jax.Array, positions: Optional[jax.Array],
+              cache: KVCache) -> tuple[jax.Array, KVCache]:
+    tokens = self._check_tokens(tokens)
+    batch, length = tokens.shape
+    if not isinstance(cache, KVCache):
+      raise ValueError(f"cache must be a KVCache from init_cache, got {type(cache).__name__}")
+    if cache.positions.shape[0] != batch:
+      raise ValueError(
+          f"tokens batch ({batch}) must match the cache batch ({cache.positions.shape[0]})")
+    if length > cache.max_length:
+      raise ValueError(
+          f"tokens length ({length}) exceeds the cache capacity max_length={cache.max_length}")
+    if positions is None:
+      positions = cache.length + jnp.arange(length, dtype=jnp.int32)[None, :]
+    else:
+      positions = _check_batch_array("positions", positions, batch, length, allow_shared=True)
+    positions = jnp.broadcast_to(positions, (batch, length))
+    start = cache.length
+    cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions, (0, start))
+    implementation = choose_implementation(
+        self.config.attention, length, blockwise_threshold=self.config.blockwise_threshold)
+    x = self._embed(tokens, positions)
+    bias = self._bias(positions, cache_positions, implementation)
+    keys, values = [], []
+    for block, layer_keys, layer_values in zip(self.blocks, cache.keys, cache.values):
+      x, layer_keys, layer_values = block.extend(
+          x, pe=self.pe, positions=positions, cache_positions=cache_positions, keys=layer_keys,
+          values=layer_values, length=start, bias=bias, implementation=implementation)
+      keys.append(layer_keys)
+      values.append(layer_values)
+    logits = self._logits(x)
+    # dynamic_update_slice clamps an overflowing write silently: poison the logits instead.
+    logits = jnp.where(start + length > cache.max_length, jnp.nan, logits)
+    return logits, KVCache(tuple(keys), tuple(values), cache_positions, start + length)
+
+  # ----------------------------------------------------------------------------------------------
+  # Shared pieces.
+
+  def _check_tokens(self, tokens: Any) -> jax.Array:
+    tokens = arg_checks.check_integer_array("tokens", tokens)
+    if tokens.ndim != 2:
+      raise ValueError(f"tokens must have shape [B, L], got {tokens.shape}")
+    return tokens
+
+  def _check_length(self, length: int) -> None:
+    """Raises if ``arange(length)`` positions cannot be encoded (e.g. past a learned table)."""
+    limit = self.pe.max_length
+    if limit is not None and length > limit:
+      raise ValueError(
+          f"sequence length {length} exceeds the position table of pe={self.config.pe!r} "
+          f"(max_position={limit}); pass explicit positions or raise max_position")
+
+  def _embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+    x = self.embed(tokens)
+    x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
+    return self.pe.embed(x, positions)
+
+  def _bias(self, q_positions: jax.Array, k_positions: jax.Array, implementation: str) -> Bias:
+    """The PE bias: evaluated once here for dense attention, a per-tile function otherwise."""
+    if not self.pe.has_bias:
+      return None
+    if implementation == "dense":
+      return self.pe.bias(q_positions, k_positions)
+    return self.pe.bias
+
+  def _logits(self, x: jax.Array) -> jax.Array:
+    x = self.final_norm(x)
+    logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
+    return logits.astype(jnp.float32)

@@ -1,0 +1,45 @@
+"""One pre-norm decoder block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+Axes: B batch, L length, E model width.
+
+References:
+  Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", arXiv 2002.04745.
+  Zhang & Sennrich 2019, "Root Mean Square Layer Normalization", arXiv 1910.07467.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flax import nnx
+import jax
+
+from pejax.nn.mlp import Mlp
+from pejax.nn.self_attention import SelfAttention
+
+if TYPE_CHECKING:
+  from pejax.nn.decoder_config import DecoderConfig
+
+
+class DecoderBlock(nnx.Module):
+  """RMSNorm -> grouped-query self-attention -> residual; RMSNorm -> MLP -> residual."""
+
+  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+    dtype = config.compute_dtype
+    self.attention_norm = nnx.RMSNorm(
+        config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.attention = SelfAttention(config, rngs=rngs)
+    self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.mlp = Mlp(config, rngs=rngs)
+
+  def __call__(self, x: jax.Array, **attention_kwargs: Any) -> jax.Array:
+    """``[B, L, E] -> [B, L, E]``; ``attention_kwargs`` go to :class:`SelfAttention`."""
+    x = x + self.attention(self.attention_norm(x), **attention_kwargs)
+    return x + self.mlp(self.mlp_norm(x))
+
+  def extend(self, x: jax.Array, **attention_kwargs: Any) -> tuple[jax.Array, jax.Array,
+                                                                   jax.Array]:
+    """KV-cache form: returns ``(x, keys, values)`` (see :meth:`SelfAttention.extend`)."""
+    attended, keys, values = self.attention.extend(self.attention_norm(x), **attention_kwargs)
+    x = x + attended
+    return x + self.mlp(self.mlp_norm(x)), keys, values

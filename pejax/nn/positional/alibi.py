@@ -1,0 +1,30 @@
+"""ALiBi: a per-head linear penalty on query-key distance (``bias`` hook).
+
+References:
+  Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
+  Extrapolation", arXiv 2108.12409.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flax import nnx
+import jax
+
+from pejax.encodings.alibi import alibi_bias, alibi_slopes
+from pejax.nn.positional.interface import PositionalEncoding
+
+if TYPE_CHECKING:
+  from pejax.nn.decoder_config import DecoderConfig
+
+
+class AlibiPE(PositionalEncoding):
+  """``-slope_h * (q - k)`` on the logits of head h (slopes of Press et al.)."""
+
+  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+    del rngs
+    self.num_heads = config.num_heads
+
+  def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    return alibi_bias(q_positions, k_positions, alibi_slopes(self.num_heads), causal=True)

@@ -1,0 +1,36 @@
+"""Sinusoidal absolute positions added to the token embeddings (``embed`` hook).
+
+References:
+  Vaswani et al. 2017, "Attention Is All You Need", arXiv 1706.03762, section 3.5.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings.sinusoidal import sinusoidal_embedding
+from pejax.nn.positional.interface import PositionalEncoding
+
+if TYPE_CHECKING:
+  from pejax.nn.decoder_config import DecoderConfig
+
+
+class SinusoidalPE(PositionalEncoding):
+  """``x + sinusoidal_embedding(positions, E)``, angles in float32 then cast to ``x.dtype``."""
+
+  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+    del rngs
+    self.check_config(config)
+
+  @classmethod
+  def check_config(cls, config: "DecoderConfig") -> None:
+    if config.d_model % 2:
+      raise ValueError(f"d_model must be even for sinusoidal positions, got {config.d_model}")
+
+  def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    table = sinusoidal_embedding(positions, x.shape[-1], dtype=jnp.float32)  # [B|1, L, E]
+    return x + table.astype(x.dtype)

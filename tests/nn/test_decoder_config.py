@@ -1,0 +1,106 @@
+"""Tests of DecoderConfig validation and the PE registry (including adding a PE from outside)."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings.rope_scaling import LinearScaling
+from pejax.nn import Decoder, DecoderConfig, PositionalEncoding, pe_names, register_pe
+from pejax.nn.positional import registry
+
+TINY = dict(vocab_size=32, d_model=32, num_heads=4, num_layers=1, block_size=4)
+
+
+class DecoderConfigTest(parameterized.TestCase):
+
+  def test_defaults_and_derived_fields(self):
+    config = DecoderConfig(d_model=64, num_heads=8, num_kv_heads=2)
+    self.assertEqual(config.head_dim, 8)
+    self.assertEqual(config.kv_heads, 2)
+    self.assertEqual(DecoderConfig(num_heads=4).kv_heads, 4)
+    self.assertEqual(config.compute_dtype, jnp.float32)
+
+  def test_frozen_and_hashable(self):
+    a = DecoderConfig(pe="rope", rope_scaling=LinearScaling(2.0))
+    b = DecoderConfig(pe="rope", rope_scaling=LinearScaling(2.0))
+    self.assertEqual(hash(a), hash(b))
+    self.assertEqual(a, b)
+    with self.assertRaises(AttributeError):
+      a.pe = "alibi"  # pytype: disable=not-writable
+
+  @parameterized.named_parameters(
+      ("unknown_pe", dict(pe="xpos"), r"pe must be one of \['alibi', 'learned', 'none', 'rope'"),
+      ("kv_heads", dict(num_heads=4, num_kv_heads=3),
+       "num_heads must be divisible by num_kv_heads"),
+      ("kv_heads_zero", dict(num_kv_heads=0), "num_kv_heads must be a positive integer, got 0"),
+      ("d_model_heads", dict(d_model=30, num_heads=4), "d_model must be divisible by num_heads"),
+      ("odd_head_dim_rope", dict(pe="rope", d_model=28, num_heads=4),
+       "head_dim must be even, got 7"),
+      ("odd_rotary_dim", dict(pe="rope", d_model=40, num_heads=4, rope_fraction=0.5),
+       "rotary_dim must be even, got 5"),
+      ("rope_layout", dict(pe="rope", rope_layout="neox"), "layout must be one of"),
+      ("odd_sinusoidal", dict(pe="sinusoidal", d_model=27, num_heads=3), "d_model must be even"),
+      ("learned_table", dict(pe="learned", max_position=0), "max_position must be a positive"),
+      ("t5_buckets", dict(pe="t5", t5_num_buckets=8, t5_max_distance=3), "t5_max_distance"),
+      ("mlp", dict(mlp="relu"), "mlp must be one of"),
+      ("dtype", dict(dtype="float16"), "dtype must be one of"),
+      ("attention", dict(attention="flash"), "attention must be one of"),
+      ("block_size", dict(block_size=0), "block_size must be a positive integer"),
+      ("num_layers", dict(num_layers=1.5), "num_layers must be a positive integer"),
+  )
+  def test_invalid_field_names_the_field(self, options, message):
+    with self.assertRaisesRegex(ValueError, message):
+      DecoderConfig(**options)
+
+  def test_odd_head_dim_is_fine_without_rope(self):
+    self.assertEqual(DecoderConfig(pe="alibi", d_model=28, num_heads=4).head_dim, 7)
+
+
+class RegistryTest(parameterized.TestCase):
+
+  def test_builtin_names(self):
+    self.assertEqual(pe_names(), ("alibi", "learned", "none", "rope", "sinusoidal", "t5"))
+
+  def test_register_rejects_duplicates_and_non_pe_classes(self):
+    with self.assertRaisesRegex(ValueError, "already registered"):
+      register_pe("rope", PositionalEncoding)
+    with self.assertRaisesRegex(ValueError, "pe_class must be a PositionalEncoding subclass"):
+      register_pe("mine", dict)
+
+  def test_new_pe_in_one_class_plus_registration(self):
+    """A KERPLE-log-like bias with a learned parameter, added without touching pejax.nn."""
+
+    class LogDistanceBias(PositionalEncoding):
+
+      def __init__(self, config, *, rngs):
+        del rngs
+        self.scale = nnx.Param(jnp.linspace(0.5, 2.0, config.num_heads))
+
+      def bias(self, q_positions, k_positions):
+        distance = jnp.abs(q_positions[..., :, None] - k_positions[..., None, :])
+        log_distance = jnp.log1p(distance.astype(jnp.float32))[..., None, :, :]
+        return -self.scale[...][:, None, None] * log_distance
+
+    with mock.patch.dict(registry._REGISTRY):  # pylint: disable=protected-access
+      register_pe("log_distance", LogDistanceBias)
+      self.assertIn("log_distance", pe_names())
+      model = Decoder(DecoderConfig(pe="log_distance", **TINY), rngs=nnx.Rngs(0))
+      tokens = jax.random.randint(jax.random.key(0), (2, 11), 0, 32, dtype=jnp.int32)
+      dense = model(tokens, attention="dense")
+      blockwise = model(tokens, attention="blockwise")
+      chex.assert_trees_all_close(blockwise, dense, atol=2e-5)
+      # Its parameter is trained like any other.
+      grads = nnx.grad(lambda m: m(tokens).sum())(model)
+      self.assertGreater(float(jnp.abs(grads.pe.scale[...]).max()), 0.0)
+    self.assertNotIn("log_distance", pe_names())
+
+
+if __name__ == "__main__":
+  absltest.main()
