@@ -118,6 +118,7 @@ def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Pat
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for label, results in curves.items():
@@ -133,7 +134,16 @@ def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Pat
   if train_len:
     ax.axvline(train_len, color="gray", linestyle=":", label=f"train length {train_len}")
   ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
+  lengths = sorted({r.length for rs in curves.values() for r in rs})
+  if lengths:
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+  values = [r.perplexity for rs in curves.values() for r in rs
+            if r.status == "ok" and math.isfinite(r.perplexity)]
+  if values and max(values) / min(values) > 4:  # Log scale only when curves span a wide range.
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel("perplexity (bytes)")
   ax.set_title(title or "Perplexity vs evaluation length")
