@@ -4,7 +4,7 @@
 (``--config=experiments/configs/x.py`` plus ``--config.model.num_layers=4``) starts from
 :func:`get_default_config` and overrides fields. Every layer below the entry point receives the
 config object, never flags. Sub-configs nest: ``model``, ``pe``, ``data``, ``optim``, ``train``,
-``eval``. Zero / empty values mean "derive a sensible default" where the comment says so.
+``eval``, ``mesh``. Zero / empty values mean "derive a sensible default" where the comment says so.
 """
 
 from __future__ import annotations
@@ -82,4 +82,11 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.eval.rope_scaling = ""  # Zero-shot context extension at eval; empty keeps training's.
   config.eval.rope_factor = 0.0  # Factor of eval.rope_scaling; 0 means eval_len / train_len.
   config.eval.passkey = False  # Also report passkey accuracy by length and depth.
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.spec = ""  # "data=4,model=2" (axes data/fsdp/model); empty = all devices on data.
+  config.mesh.distributed = False  # jax.distributed.initialize, cluster auto-detected (TPU, SLURM).
+  config.mesh.coordinator_address = ""  # host:port of process 0; empty = environment / detect.
+  config.mesh.num_processes = 0  # Processes of a multi-host run; 0 = detect.
+  config.mesh.process_id = -1  # This process's index in [0, num_processes); -1 = detect.
   return config

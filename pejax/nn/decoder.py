@@ -35,6 +35,7 @@ from typing import Any, Optional
 from flax import nnx
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from pejax.encodings import arg_checks
 from pejax.nn.attention import Bias, choose_implementation
@@ -42,6 +43,7 @@ from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
 from pejax.nn.positional.registry import build_pe
+from pejax.parallel import logical_axes as axes
 
 
 def _check_batch_array(name: str, x: Any, batch: int, length: int, *,
@@ -62,6 +64,12 @@ class Decoder(nnx.Module):
   The token embedding is initialized from N(0, 1/E) and multiplied by sqrt(E) on input (unit
   scale, comparable to sinusoidal positions); with tied embeddings the output projection is its
   transpose, giving unit-scale logits at initialization.
+
+  Sharding (:mod:`pejax.parallel`): the embedding ``[V, E]`` is ``("vocab", "embed")``, an untied
+  output kernel ``[E, V]`` is ``("embed", "vocab")``; the blocks annotate their own kernels. Norm
+  scales and the PE's own tables (T5 bias ``[buckets, H]``, learned positions) are replicated;
+  RoPE and ALiBi have no parameters (their angles / slopes are computed in the step). The dense
+  PE bias ``[B|1, H, L, T]`` is constrained to heads over the ``model`` axis, like the queries.
   """
 
   def __init__(self, config: DecoderConfig, *, rngs: nnx.Rngs):
@@ -77,13 +85,16 @@ class Decoder(nnx.Module):
     dtype = config.compute_dtype
     self.embed = nnx.Embed(
         config.vocab_size, config.d_model, dtype=dtype,
-        embedding_init=nnx.initializers.normal(stddev=config.d_model ** -0.5), rngs=rngs)
+        embedding_init=axes.partitioned(nnx.initializers.normal(stddev=config.d_model ** -0.5),
+                                        (axes.VOCAB, axes.EMBED)), rngs=rngs)
     self.pe = build_pe(config, rngs=rngs)
     self.blocks = nnx.List([DecoderBlock(config, rngs=rngs) for _ in range(config.num_layers)])
     self.final_norm = nnx.RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.lm_head = None if config.tie_embeddings else nnx.Linear(
-        config.d_model, config.vocab_size, use_bias=False, dtype=dtype, rngs=rngs)
+        config.d_model, config.vocab_size, use_bias=False, dtype=dtype,
+        kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, (axes.EMBED, axes.VOCAB)),
+        rngs=rngs)
 
   # ----------------------------------------------------------------------------------------------
   # Full forward pass.
@@ -247,8 +258,9 @@ class Decoder(nnx.Module):
     """The PE bias: evaluated once here for dense attention, a per-tile function otherwise."""
     if not self.pe.has_bias:
       return None
-    if implementation == "dense":
-      return self.pe.bias(q_positions, k_positions)
+    if implementation == "dense":  # On a mesh: split over heads like the attention logits.
+      return axes.constrain(self.pe.bias(q_positions, k_positions),
+                            (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None))
     return self.pe.bias
 
   def _logits(self, x: jax.Array) -> jax.Array:

@@ -14,20 +14,31 @@ from typing import TYPE_CHECKING
 from flax import nnx
 import jax
 
+from pejax.parallel import logical_axes as axes
+
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
 
 class Mlp(nnx.Module):
-  """``down(silu(gate(x)) * up(x))`` (SwiGLU) or ``down(gelu(up(x)))`` (GELU), no biases."""
+  """``down(silu(gate(x)) * up(x))`` (SwiGLU) or ``down(gelu(up(x)))`` (GELU), no biases.
+
+  Sharding: ``gate`` / ``up`` kernels ``[E, F]`` are ``("embed", "mlp")``, ``down`` ``[F, E]`` is
+  ``("mlp", "embed")`` (column then row parallel over the ``model`` mesh axis).
+  """
 
   def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
     width, hidden, dtype = config.d_model, config.mlp_hidden, config.compute_dtype
     self.kind = config.mlp
-    self.gate = (nnx.Linear(width, hidden, use_bias=False, dtype=dtype, rngs=rngs)
-                 if self.kind == "swiglu" else None)
-    self.up = nnx.Linear(width, hidden, use_bias=False, dtype=dtype, rngs=rngs)
-    self.down = nnx.Linear(hidden, width, use_bias=False, dtype=dtype, rngs=rngs)
+
+    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> nnx.Linear:
+      return nnx.Linear(
+          features_in, features_out, use_bias=False, dtype=dtype,
+          kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
+
+    self.gate = linear(width, hidden, (axes.EMBED, axes.MLP)) if self.kind == "swiglu" else None
+    self.up = linear(width, hidden, (axes.EMBED, axes.MLP))
+    self.down = linear(hidden, width, (axes.MLP, axes.EMBED))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """Maps ``[B, L, E] -> [B, L, E]``."""

@@ -14,16 +14,30 @@ from typing import TYPE_CHECKING, Optional
 
 from flax import nnx
 import jax
+from jax.sharding import PartitionSpec
 
 from pejax.nn.attention import Bias, attention
 from pejax.nn.positional.interface import PositionalEncoding
+from pejax.parallel import logical_axes as axes
 
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
 
+# [B, L, H|K, D] activations on a mesh: heads over the "model" axis, the rest left to XLA.
+_HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, axes.HEADS, None)
+_KV_HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, axes.KV_HEADS, None)
+
+
 class SelfAttention(nnx.Module):
-  """Projections to ``H`` query and ``K`` key/value heads, PE rotation, attention, output."""
+  """Projections to ``H`` query and ``K`` key/value heads, PE rotation, attention, output.
+
+  Sharding (logical axes, :mod:`pejax.parallel.logical_axes`): query/key/value kernels
+  ``[E, H*D]`` are ``("embed", "heads")``, the output kernel ``[H*D, E]`` is ``("heads",
+  "embed")`` (Megatron column / row parallel); on a mesh the ``[B, L, H, D]`` queries, keys and
+  values are constrained to heads over the ``model`` axis, so the PE rotation, the PE bias and
+  the attention run per head shard. Without a mesh the annotations change nothing.
+  """
 
   def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
     width, dtype = config.d_model, config.compute_dtype
@@ -33,13 +47,15 @@ class SelfAttention(nnx.Module):
     self.block_size = config.block_size
     self.cache_rotated_keys = config.cache_rotated_keys
 
-    def linear(features_in: int, features_out: int) -> nnx.Linear:
-      return nnx.Linear(features_in, features_out, use_bias=False, dtype=dtype, rngs=rngs)
+    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> nnx.Linear:
+      return nnx.Linear(
+          features_in, features_out, use_bias=False, dtype=dtype,
+          kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
 
-    self.query = linear(width, self.num_heads * self.head_dim)
-    self.key = linear(width, self.num_kv_heads * self.head_dim)
-    self.value = linear(width, self.num_kv_heads * self.head_dim)
-    self.output = linear(self.num_heads * self.head_dim, width)
+    self.query = linear(width, self.num_heads * self.head_dim, (axes.EMBED, axes.HEADS))
+    self.key = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS))
+    self.value = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS))
+    self.output = linear(self.num_heads * self.head_dim, width, (axes.HEADS, axes.EMBED))
 
   def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``[B, L, E]`` -> q ``[B, L, H, D]``, k and v ``[B, L, K, D]``."""
@@ -47,7 +63,8 @@ class SelfAttention(nnx.Module):
     q = self.query(x).reshape((batch, length, self.num_heads, self.head_dim))
     k = self.key(x).reshape((batch, length, self.num_kv_heads, self.head_dim))
     v = self.value(x).reshape((batch, length, self.num_kv_heads, self.head_dim))
-    return q, k, v
+    return (axes.constrain(q, _HEADS_LAYOUT), axes.constrain(k, _KV_HEADS_LAYOUT),
+            axes.constrain(v, _KV_HEADS_LAYOUT))
 
   def _merge_heads(self, out: jax.Array) -> jax.Array:
     batch, length = out.shape[:2]

@@ -18,6 +18,13 @@ Restoring never happens without a target: the abstract state of the given model 
 (``nnx.eval_shape``, with the shardings of their current arrays) is checked against the saved
 metadata, and the saved config against the current one, before any array is read; then the
 restored state is written in with ``nnx.update``.
+
+Sharded state: Orbax writes each array's shards from the processes that hold them (every process
+of a multi-host run calls :meth:`Checkpointer.save` and :meth:`Checkpointer.restore`; the
+directory must be shared) and reads into the shardings of the *target*. A checkpoint written on
+one mesh therefore restores onto another mesh or onto a single device: place the model and
+optimizer as wanted (:func:`pejax.parallel.shard_module`, or nothing for one device) before
+calling :meth:`Checkpointer.restore`.
 """
 
 from __future__ import annotations

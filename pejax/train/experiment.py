@@ -15,6 +15,7 @@ retrieval. Writes into the workdir::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -33,6 +34,7 @@ import numpy as np
 
 from pejax import data as data_lib
 from pejax import eval as eval_lib
+from pejax import parallel
 from pejax.encodings import rope_scaling as scalings
 from pejax.encodings.randomized import randomized_positions
 from pejax.nn import Decoder
@@ -255,6 +257,39 @@ def _format_task_table(rows: Sequence[Dict[str, Any]], *, train_len: int) -> str
   return "\n".join(lines)
 
 
+def _mesh_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``config.mesh`` with defaults filled in (configs written before it existed lack it)."""
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  settings = experiment_config.get_default_config().mesh
+  given = config.get("mesh")
+  if given is not None:
+    settings.update(given.to_dict() if hasattr(given, "to_dict") else dict(given))
+  return settings
+
+
+def make_run_mesh(config: ml_collections.ConfigDict,
+                  model_config: DecoderConfig) -> Optional[jax.sharding.Mesh]:
+  """The device mesh of a run, or ``None`` for a one-device run without ``mesh.spec``.
+
+  Checks that the mesh divides the global batch, the heads, the MLP width and the vocabulary
+  before anything is placed (a ``ConfigError`` naming the hyper-parameter and the mesh axis).
+  """
+  settings = _mesh_settings(config)
+  spec = str(settings.spec or "")
+  if not spec and jax.device_count() == 1:
+    return None
+  try:
+    axis_sizes = parallel.parse_mesh_spec(spec, jax.device_count())
+    parallel.check_mesh_fits(
+        axis_sizes, batch_size=int(config.data.batch_size), num_heads=model_config.num_heads,
+        num_kv_heads=model_config.kv_heads, d_model=model_config.d_model,
+        mlp_hidden=model_config.mlp_hidden, vocab_size=model_config.vocab_size,
+        num_processes=jax.process_count())
+  except ValueError as e:
+    raise ConfigError(f"mesh {spec or '(all devices on data)'!r}: {e}") from None
+  return parallel.make_mesh(spec)
+
+
 def _machine() -> str:
   return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
           f"jax {jax.__version__} on {jax.devices()[0].platform}")
@@ -279,6 +314,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     pejax.train.NonFiniteLossError: when the loss becomes NaN/Inf (last good checkpoint kept).
   """
   started = time.time()
+  mesh_settings = _mesh_settings(config)
+  try:
+    parallel.initialize_distributed(
+        enabled=bool(mesh_settings.distributed),
+        coordinator_address=str(mesh_settings.coordinator_address or ""),
+        num_processes=int(mesh_settings.num_processes), process_id=int(mesh_settings.process_id),
+        log=log)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  if not parallel.is_coordinator():  # Process 0 prints and writes the reports.
+    log = lambda line: None
   train_len = int(config.data.train_len)
   lengths = eval_lengths(config)
   if config.eval.mode not in ("nonoverlap", "sliding", "both"):
@@ -302,13 +348,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     train_iter = _RandomizedPositions(train_iter, max_position=config.pe.randomized_max_position,
                                       seed=config.seed)
 
+  mesh = make_run_mesh(config, model_config)
+  coordinator = parallel.is_coordinator()
   workdir = pathlib.Path(config.workdir) if config.workdir else default_workdir(config)
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / "config.json").write_text(config.to_json_best_effort(indent=1) + "\n")
+  if coordinator:
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=1) + "\n")
   log(f"pejax: pe={config.pe.name} data={config.data.name} train_len={train_len} "
       f"steps={config.train.steps} workdir={workdir}")
+  with contextlib.ExitStack() as stack:
+    if mesh is not None:
+      stack.enter_context(parallel.mesh_context(mesh))
+      train_iter = parallel.ShardedBatches(train_iter, mesh)
+      log(f"mesh: {dict(mesh.shape)} over {parallel.process_summary()}")
+    return _train_and_evaluate_on(
+        config, model_config=model_config, mesh=mesh, train_iter=train_iter, corpus=corpus,
+        is_task=is_task, workdir=workdir, lengths=lengths, train_len=train_len,
+        coordinator=coordinator, started=started, log=log, step_callbacks=step_callbacks)
 
+
+def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is_task, workdir,
+                           lengths, train_len, coordinator, started, log, step_callbacks):
+  """The body of :func:`train_and_evaluate` once data, mesh and workdir are set up."""
   model = Decoder(model_config, rngs=nnx.Rngs(params=config.seed))
+  if mesh is not None:
+    parallel.shard_module(model, mesh)
   num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
   log(f"model: {num_params / 1e6:.3f}M parameters, {model_config.num_layers} layers, "
       f"d_model {model_config.d_model}, {model_config.num_heads} heads")
@@ -332,6 +396,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
       raise ConfigError(f"init_from={init_from!r}: {e}") from None
     log(f"initialized from {source} step {restored.step}")
   optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=config.train.steps)
+  if mesh is not None:
+    parallel.shard_module(optimizer, mesh)
   train_result = loop.train(model, optimizer, train_iter, config=config, workdir=workdir,
                             eval_fn=eval_fn, log_fn=log, step_callbacks=step_callbacks)
   if train_result.stop_reason:
@@ -354,7 +420,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
                           log=log)
     tables[config.pe.name] = rows
     text_parts.append(_format_task_table(rows, train_len=train_len))
-    (workdir / "results.json").write_text(json.dumps({"meta": meta, "accuracy": rows}, indent=1))
+    if coordinator:
+      (workdir / "results.json").write_text(
+          json.dumps({"meta": meta, "accuracy": rows}, indent=1))
   else:
     modes = ("nonoverlap", "sliding") if config.eval.mode == "both" else (config.eval.mode,)
     stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
@@ -387,15 +455,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
           progress=log)
       text_parts.append("passkey accuracy (length x depth)\n" +
                         eval_lib.format_passkey_table(passkey))
-    eval_lib.write_results(workdir, tables, meta=meta, passkey=passkey,
-                           title=f"Perplexity vs length (trained at {train_len})")
+    if coordinator:
+      eval_lib.write_results(workdir, tables, meta=meta, passkey=passkey,
+                             title=f"Perplexity vs length (trained at {train_len})")
   header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} "
             f"steps={train_result.final_step} final train loss "
             f"{train_result.last_loss if train_result.last_loss is not None else float('nan'):.3f}"
             + (f" (unigram {math.log(unigram):.3f} nats)" if unigram else ""))
   text = header + "\n\n" + "\n\n".join(text_parts)
-  (workdir / "results.md").write_text(
-      f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
+  if coordinator:
+    (workdir / "results.md").write_text(
+        f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
   log("")
   log(text)
   log(f"\nwrote {workdir}/results.md, results.json, metrics.jsonl"

@@ -144,6 +144,12 @@ def train(
   may be larger than in the first run. ``metrics.jsonl`` keeps its records up to the restored
   step and is appended to.
 
+  Meshes: the loop is agnostic; pass a model and optimizer placed on a mesh
+  (:func:`pejax.parallel.shard_module`), a ``train_iter`` yielding global sharded arrays
+  (:class:`pejax.parallel.ShardedBatches`) and call it inside
+  :func:`pejax.parallel.mesh_context`. Checkpoints restore onto whatever placement the given
+  model and optimizer have (another mesh, or one device).
+
   Graceful stop: SIGINT / SIGTERM (with ``handle_signals``) make the loop save a checkpoint at the
   next step boundary and return with ``stop_reason`` set to the signal name.
 
@@ -210,8 +216,11 @@ def train(
       log_fn(f"resumed from checkpoint step {start_step} in {checkpointer.directory}")
     last_checkpoint_step = latest
 
+    # Multi-process runs: process 0 owns metrics.jsonl, the others write beside it.
+    metrics_dir = workdir if jax.process_index() == 0 else os.path.join(
+        workdir, f"process_{jax.process_index()}")
     writer = stack.enter_context(metrics_lib.MetricsWriter(
-        workdir, resume_step=start_step if latest is not None else None))
+        metrics_dir, resume_step=start_step if latest is not None else None))
     stop = signals_lib.StopRequest()
     if handle_signals:
       stack.enter_context(stop)

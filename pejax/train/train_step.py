@@ -6,6 +6,12 @@ The steps are generic over any ``nnx.Module`` called as
 ``model(tokens [B, L] int32, *, positions=[B, L] int32, segment_ids=None) -> logits [B, L, V]``
 and over batches ``{"inputs", "targets", "positions", "loss_mask"}`` (optionally
 ``"segment_ids"``), the protocol of the ``pejax.data`` iterators.
+
+On a device mesh the same steps run SPMD-partitioned by XLA: their shardings come from the
+arguments (parameters and optimizer state placed by :func:`pejax.parallel.shard_module`, batches
+by :func:`pejax.parallel.shard_batch`), and calling them inside
+:func:`pejax.parallel.mesh_context` adds the heads-axis activation constraints. Losses and
+gradients are global means/sums over the whole batch, whatever the mesh.
 """
 
 from __future__ import annotations
