@@ -1,0 +1,681 @@
+"""Shared plumbing of the studies: flags, trained-run reuse, verdicts and the markdown report.
+
+A study (``experiments/<name>.py``) sweeps settings, trains small decoders through
+:func:`pejax.train.experiment.train_and_evaluate`, measures something, and writes one
+self-contained report into its workdir::
+
+    report.md      header (command, date, machine), settings, tables, embedded PNGs, and an
+                   "Expectation vs measured" section whose verdicts come from the numbers
+    results.json   every measured number plus the verdicts
+    *.png          plots (small, dpi 100)
+
+Trained models live elsewhere, under ``--runs_dir``: one sub-directory per model named by
+:func:`pejax.train.experiment.default_workdir` (a hash of the settings that define the model), so
+re-running a study, or another study with the same settings, reuses the model instead of
+training it again.
+
+Flags (:func:`define_flags`, shared by every study and by ``launch.py --study=<name>``)::
+
+    --quick             a few minutes on 2 CPU cores (fewer seeds, steps and lengths)
+    --workdir           report directory (default runs/<study>)
+    --runs_dir          trained models (default runs/<study>)
+    --seeds             comma-separated seeds (default: the study's)
+    --steps             training steps of the base models (default: the study's)
+    --override          comma-separated config overrides, e.g. model.d_model=256,data.batch_size=64
+
+Studies must define no absl flags of their own at import time (two studies imported into one
+process, e.g. by the test suite, would collide); they read :class:`StudyOptions` built by
+:func:`options_from_flags`, and their ``run(options)`` is callable without flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import json
+import math
+import os
+import pathlib
+import platform
+import sys
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from absl import flags
+import ml_collections
+import numpy as np
+
+HELD = "held"
+NOT_HELD = "did not hold"
+NOT_MEASURED = "not measurable"
+
+
+# ----------------------------------------------------------------------------------------------
+# Options and flags.
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOptions:
+  """What a study run was asked for (from flags or from Python).
+
+  Attributes:
+    quick: the few-minute variant.
+    workdir: report directory; empty means ``runs/<study>``.
+    runs_dir: directory of the trained models; empty means ``runs/<study>``.
+    seeds: seeds to train; empty means the study's default for the mode.
+    steps: training steps of the base models; 0 means the study's default for the mode.
+    overrides: config path -> value applied to every base config before the study's own sweep
+      settings (e.g. ``{"model.d_model": 256}``).
+    command: the command line, for the report header (default: ``sys.argv``).
+  """
+
+  quick: bool = False
+  workdir: str = ""
+  runs_dir: str = ""
+  seeds: tuple = ()
+  steps: int = 0
+  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  command: str = ""
+
+  def report_dir(self, study: str) -> pathlib.Path:
+    return pathlib.Path(self.workdir or os.path.join("runs", study))
+
+  def models_dir(self, study: str) -> pathlib.Path:
+    return pathlib.Path(self.runs_dir or os.path.join("runs", study))
+
+  def seed_list(self, default: Sequence[int]) -> List[int]:
+    return [int(s) for s in (self.seeds or default)]
+
+  def command_line(self) -> str:
+    """The command as typed: ``python -m experiments.<name> ...`` or ``python launch.py ...``."""
+    if self.command:
+      return self.command
+    program = pathlib.Path(sys.argv[0])
+    if program.parent.name == "experiments" and program.suffix == ".py":
+      program_text = f"-m experiments.{program.stem}"
+    else:
+      program_text = program.name
+    return " ".join(["python", program_text] + sys.argv[1:])
+
+
+def _define_once(define: Callable[..., Any], name: str, default: Any, help_text: str,
+                 **kwargs: Any) -> None:
+  if name not in flags.FLAGS:
+    define(name, default, help_text, **kwargs)
+
+
+def define_flags() -> None:
+  """Defines the study flags that are not defined yet (``launch.py`` owns ``workdir``/``steps``).
+
+  Call it from a study's ``if __name__ == "__main__":`` block before ``app.run``, never at import.
+  """
+  _define_once(flags.DEFINE_bool, "quick", False,
+               "Study: the few-minute variant (fewer seeds, steps and lengths).")
+  _define_once(flags.DEFINE_string, "workdir", None,
+               "Output directory (studies: the report; default runs/<study>).")
+  _define_once(flags.DEFINE_string, "runs_dir", None,
+               "Study: directory of the trained models (default runs/<study>).")
+  _define_once(flags.DEFINE_list, "seeds", None, "Study: comma-separated seeds.")
+  _define_once(flags.DEFINE_integer, "steps", None, "Optimizer steps.", lower_bound=1)
+  _define_once(flags.DEFINE_list, "override", None,
+               "Study: config overrides path=value, e.g. model.d_model=256,data.batch_size=64.")
+
+
+def quiet_logging(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Keeps Orbax's per-file INFO lines out of a study's output unless --verbosity was given."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  if "verbosity" not in flag_values or not flag_values["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+
+
+def parse_overrides(items: Optional[Sequence[str]]) -> Dict[str, str]:
+  """``["model.d_model=256", ...]`` -> ``{"model.d_model": "256"}`` (values typed later)."""
+  out = {}
+  for item in items or ():
+    if "=" not in item:
+      raise ValueError(f"override must look like section.field=value, got {item!r}")
+    key, value = item.split("=", 1)
+    out[key.strip()] = value.strip()
+  return out
+
+
+def options_from_flags(flag_values: flags.FlagValues = flags.FLAGS, *,
+                       extra_overrides: Optional[Mapping[str, Any]] = None) -> StudyOptions:
+  """:class:`StudyOptions` from the parsed flags of :func:`define_flags`."""
+  def get(name):
+    return flag_values[name].value if name in flag_values else None
+
+  overrides = dict(extra_overrides or {})
+  overrides.update(parse_overrides(get("override")))
+  seeds = get("seeds")
+  try:
+    seeds = tuple(int(s) for s in seeds) if seeds else ()
+  except ValueError:
+    raise ValueError(f"seeds must be comma-separated integers, got {seeds!r}") from None
+  return StudyOptions(quick=bool(get("quick")), workdir=get("workdir") or "",
+                      runs_dir=get("runs_dir") or "", seeds=seeds, steps=int(get("steps") or 0),
+                      overrides=overrides)
+
+
+def apply_overrides(config: ml_collections.ConfigDict,
+                    overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """Sets ``"section.field"`` paths of ``config`` in place (strings cast to the field's type).
+
+  Raises:
+    ValueError: naming the path when it does not exist in the config.
+  """
+  with config.unlocked():
+    for path, value in overrides.items():
+      *parents, leaf = path.split(".")
+      node = config
+      for parent in parents:
+        if parent not in node:
+          raise ValueError(f"override path {path!r} is not a config field")
+        node = node[parent]
+      if leaf not in node:
+        raise ValueError(f"override path {path!r} is not a config field")
+      current = node[leaf]
+      if isinstance(value, str) and not isinstance(current, str):
+        if isinstance(current, bool):
+          value = value.lower() in ("1", "true", "yes")
+        elif isinstance(current, int):
+          value = int(value)
+        elif isinstance(current, float):
+          value = float(value)
+      node[leaf] = value
+  return config
+
+
+# ----------------------------------------------------------------------------------------------
+# Trained runs.
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+  """A trained model on disk and how well it trained.
+
+  Attributes:
+    run_dir: the run's workdir (checkpoints, metrics.jsonl, config.json).
+    steps: final training step.
+    train_loss: mean training loss of the last logging window (nats/byte).
+    valid_loss: last validation loss at the training length (nats/byte); ``None`` for tasks.
+    unigram_loss: log of the training split's unigram perplexity; ``None`` for tasks.
+    seconds: wall time of this call (training, or only the check when reused).
+    reused: whether the model was already trained.
+    train_seconds: training wall time read from ``metrics.jsonl`` (also for reused runs).
+  """
+
+  run_dir: pathlib.Path
+  steps: int
+  train_loss: Optional[float]
+  valid_loss: Optional[float]
+  unigram_loss: Optional[float]
+  seconds: float
+  reused: bool
+  train_seconds: Optional[float] = None
+
+  def train_time(self) -> str:
+    """Training time for a table, e.g. ``"154 s"`` or ``"154 s (reused)"``."""
+    if self.train_seconds is None:
+      return "reused" if self.reused else f"{self.seconds:.0f} s"
+    return f"{self.train_seconds:.0f} s" + (" (reused)" if self.reused else "")
+
+  def to_json(self) -> Dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["run_dir"] = str(self.run_dir)
+    return out
+
+
+def run_dir_for(config: ml_collections.ConfigDict, runs_dir: os.PathLike | str) -> pathlib.Path:
+  """``<runs_dir>/<pe>-<data>-<hash>``: same model-defining settings, same directory."""
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  return pathlib.Path(runs_dir) / experiment.default_workdir(config).name
+
+
+def is_trained(run_dir: os.PathLike | str, steps: int) -> bool:
+  """Whether ``run_dir`` holds the checkpoint of its final step."""
+  return (pathlib.Path(run_dir) / "checkpoints" / str(int(steps))).is_dir()
+
+
+def final_losses(run_dir: os.PathLike | str) -> Dict[str, Optional[float]]:
+  """Last training-window loss, last validation loss and the training time of ``metrics.jsonl``.
+
+  The training time is extrapolated from the wall-clock stamps of the ``train`` records: the
+  time between the first and the last one, scaled by ``last_step / (last_step - first_step)``
+  (the first logging window, which includes compilation, has no earlier stamp).
+  """
+  from pejax.train import read_metrics  # pylint: disable=g-import-not-at-top
+  train_loss = valid_loss = None
+  stamps = []
+  for record in read_metrics(run_dir):
+    loss = record.get("metrics", {}).get("loss")
+    if record.get("split") == "train":
+      train_loss = loss
+      if record.get("wall_time") is not None:
+        stamps.append((int(record["step"]), float(record["wall_time"])))
+    elif record.get("split") == "eval":
+      valid_loss = loss
+  train_seconds = None
+  if len(stamps) >= 2 and stamps[-1][0] > stamps[0][0]:
+    train_seconds = ((stamps[-1][1] - stamps[0][1]) * stamps[-1][0]
+                     / (stamps[-1][0] - stamps[0][0]))
+  return {"train_loss": train_loss, "valid_loss": valid_loss, "train_seconds": train_seconds}
+
+
+@functools.lru_cache(maxsize=4)
+def unigram_loss(data_name: str) -> Optional[float]:
+  """Log unigram perplexity (nats/byte) of a corpus's training split; ``None`` for tasks."""
+  from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  if data_lib.is_task(data_name):
+    return None
+  return math.log(experiment.unigram_perplexity(data_lib.load_corpus(data_name).train))
+
+
+@functools.lru_cache(maxsize=4)
+def load_corpus(data_name: str):
+  """The corpus (cached: the studies evaluate many models on the same validation split)."""
+  from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
+  return data_lib.load_corpus(data_name)
+
+
+def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
+              reuse_dirs: Sequence[os.PathLike | str] = (),
+              log: Callable[[str], None] = print, quiet: bool = False) -> RunInfo:
+  """Trains ``config`` under ``runs_dir`` unless a finished identical run exists.
+
+  Looks for the run directory (:func:`run_dir_for`) in ``runs_dir`` and then ``reuse_dirs``; a
+  run that reached ``config.train.steps`` is reused as is, an unfinished one in ``runs_dir``
+  resumes. Training goes through ``train_and_evaluate`` with its final evaluation reduced to one
+  cheap length (the studies evaluate the models themselves).
+
+  Args:
+    config: the full experiment config (``workdir`` is ignored and set here).
+    runs_dir: where new runs go.
+    reuse_dirs: other studies' run directories to look in first-come.
+    log: receives one line per finished run (and the training progress unless ``quiet``).
+    quiet: keep only the run's summary line, not the training progress.
+
+  Returns:
+    The :class:`RunInfo`.
+  """
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  started = time.time()
+  steps = int(config.train.steps)
+  for candidate in [runs_dir, *reuse_dirs]:
+    run_dir = run_dir_for(config, candidate)
+    if is_trained(run_dir, steps):
+      losses = final_losses(run_dir)
+      info = RunInfo(run_dir, steps, losses["train_loss"], losses["valid_loss"],
+                     unigram_loss(str(config.data.name)), time.time() - started, True,
+                     losses["train_seconds"])
+      log(f"reused {run_dir}: {describe_losses(info)}")
+      return info
+  run_dir = run_dir_for(config, runs_dir)
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.workdir = str(run_dir)
+    config.eval.lens = str(int(config.data.train_len))
+    config.eval.mode = "nonoverlap"
+    config.eval.num_tokens = 4 * int(config.data.train_len)
+    config.eval.rope_scaling = ""
+    config.eval.passkey = False
+  experiment.train_and_evaluate(config, log=(lambda _: None) if quiet else log)
+  losses = final_losses(run_dir)
+  info = RunInfo(run_dir, steps, losses["train_loss"], losses["valid_loss"],
+                 unigram_loss(str(config.data.name)), time.time() - started, False,
+                 losses["train_seconds"])
+  log(f"trained {run_dir} in {info.seconds:.0f}s: {describe_losses(info)}")
+  return info
+
+
+def describe_losses(info: RunInfo) -> str:
+  parts = [f"step {info.steps}"]
+  for name, value in (("train loss", info.train_loss), ("valid loss", info.valid_loss),
+                      ("unigram", info.unigram_loss)):
+    if value is not None:
+      parts.append(f"{name} {value:.3f}")
+  return ", ".join(parts)
+
+
+def load_model(run_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
+               rope_scaling: Any = None, use_config_scaling: bool = True):
+  """The trained decoder of ``run_dir``, optionally rebuilt with another RoPE scaling.
+
+  The weights do not depend on the scaling (it only changes the rotation frequencies), so a
+  zero-shot context extension is the trained state written into a decoder built with the new
+  scaling (as ``train_and_evaluate`` does for ``--eval_rope_scaling``).
+
+  Args:
+    run_dir: a finished run.
+    config: the config it was trained with (checked against the checkpoint's).
+    rope_scaling: a ``pejax.encodings.rope_scaling`` dataclass used instead of the config's
+      when ``use_config_scaling`` is false (``None`` = plain RoPE).
+    use_config_scaling: keep the training scaling.
+
+  Returns:
+    A :class:`pejax.nn.Decoder` holding the trained weights.
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
+  from pejax.train import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  model_config = experiment.decoder_config_from(config, rope_scaling=rope_scaling,
+                                                use_config_scaling=use_config_scaling)
+  model = Decoder(model_config, rngs=nnx.Rngs(params=0))
+  directory = pathlib.Path(run_dir) / checkpoint_lib.CHECKPOINT_SUBDIR
+  with checkpoint_lib.Checkpointer(directory, config=config) as ckpt:
+    ckpt.restore(model)
+  return model
+
+
+def cached(path: os.PathLike | str, key: Mapping[str, Any],
+           compute: Callable[[], Any]) -> Any:
+  """JSON cache: returns the stored value when ``path`` holds the same ``key``, else computes.
+
+  Lets a re-run study skip evaluations it already did (e.g. after a crash or a report tweak).
+  """
+  path = pathlib.Path(path)
+  digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+  if path.exists():
+    try:
+      stored = json.loads(path.read_text())
+      if stored.get("key_digest") == digest:
+        return stored["value"]
+    except (json.JSONDecodeError, KeyError):
+      pass
+  value = compute()
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(path.suffix + ".tmp")
+  tmp.write_text(json.dumps({"key": key, "key_digest": digest, "value": value}, default=str,
+                            allow_nan=True))
+  os.replace(tmp, path)
+  return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers.
+
+
+def spread(values: Sequence[Optional[float]]) -> Dict[str, Optional[float]]:
+  """Mean, min, max and standard deviation of the finite ``values`` (``None`` when none are)."""
+  finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+  if not finite:
+    return {"mean": None, "min": None, "max": None, "std": None, "n": 0}
+  arr = np.asarray(finite)
+  return {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()),
+          "std": float(arr.std()), "n": len(finite)}
+
+
+def fmt(value: Optional[float], digits: int = 2) -> str:
+  """A number for a table (``n/a`` for missing / non-finite)."""
+  if value is None or not math.isfinite(float(value)):
+    return "n/a"
+  value = float(value)
+  if abs(value) >= 1e4:
+    return f"{value:.3g}"
+  return f"{value:.{digits}f}"
+
+
+def fmt_spread(stats: Mapping[str, Optional[float]], digits: int = 2) -> str:
+  """``mean`` or ``mean [min-max]`` when several values were measured."""
+  if stats.get("mean") is None:
+    return "n/a"
+  if stats.get("n", 1) > 1:
+    return (f"{fmt(stats['mean'], digits)} [{fmt(stats['min'], digits)}-"
+            f"{fmt(stats['max'], digits)}]")
+  return fmt(stats["mean"], digits)
+
+
+# ----------------------------------------------------------------------------------------------
+# Verdicts.
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """A published expectation checked against measured numbers.
+
+  Attributes:
+    expectation: the published claim, with its source.
+    criterion: the explicit test applied to the numbers.
+    measured: the numbers the test used, as text.
+    held: ``True`` / ``False``, or ``None`` when the numbers needed were not measurable.
+    note: optional explanation (e.g. why it did not hold at this scale).
+  """
+
+  expectation: str
+  criterion: str
+  measured: str
+  held: Optional[bool]
+  note: str = ""
+
+  @property
+  def status(self) -> str:
+    return NOT_MEASURED if self.held is None else (HELD if self.held else NOT_HELD)
+
+  def to_json(self) -> Dict[str, Any]:
+    return {**dataclasses.asdict(self), "status": self.status}
+
+
+def verdict(expectation: str, criterion: str, measured: str,
+            check: Callable[[], Optional[bool]], note: str = "",
+            note_if_not_held: str = "") -> Verdict:
+  """A :class:`Verdict` whose outcome is ``check()``.
+
+  Missing numbers (``None``, a ``TypeError`` / ``KeyError`` / ``ValueError`` from absent values)
+  make it not measurable. ``note_if_not_held`` (e.g. the likely reason at this scale) is attached
+  only when the check fails.
+  """
+  try:
+    held = check()
+  except (TypeError, KeyError, ValueError, ZeroDivisionError):
+    held = None
+  if held is not None:
+    held = bool(held)
+  if held is False and note_if_not_held:
+    note = f"{note} {note_if_not_held}".strip()
+  return Verdict(expectation, criterion, measured, held, note)
+
+
+# ----------------------------------------------------------------------------------------------
+# Markdown report.
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                   align: str = "") -> str:
+  """A GitHub markdown table; ``align`` is one char per column (``l``/``r``), default: first
+  column left, others right."""
+  align = align or ("l" + "r" * (len(header) - 1))
+  sep = ["---:" if a == "r" else ":---" for a in align]
+  lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join(sep) + "|"]
+  for row in rows:
+    lines.append("| " + " | ".join(str(c) for c in row) + " |")
+  return "\n".join(lines)
+
+
+def machine() -> str:
+  """OS, cores and the JAX backend."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"jax {jax.__version__} on {jax.devices()[0].platform}")
+
+
+class Report:
+  """A markdown report assembled section by section, then written with its JSON.
+
+  Args:
+    title: the report's title.
+    study: the study's name (default workdir ``runs/<study>``).
+    options: the :class:`StudyOptions` of the run (command, mode).
+  """
+
+  def __init__(self, title: str, *, study: str, options: StudyOptions):
+    self.title = title
+    self.study = study
+    self.options = options
+    self.started = time.time()
+    self.parts: List[str] = []
+    self.verdicts: List[Verdict] = []
+    self.images: List[str] = []
+    self.runs: List[RunInfo] = []
+
+  def add_runs(self, runs: Sequence[RunInfo]) -> None:
+    """Records the trained models (their training time goes into the header)."""
+    self.runs.extend(runs)
+
+  def section(self, heading: str, text: str = "") -> None:
+    self.parts.append(f"## {heading}\n\n{text}".rstrip() + "\n")
+
+  def text(self, text: str) -> None:
+    self.parts.append(text.rstrip() + "\n")
+
+  def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]], *,
+            caption: str = "", align: str = "") -> None:
+    block = (f"{caption}\n\n" if caption else "") + markdown_table(header, rows, align=align)
+    self.parts.append(block + "\n")
+
+  def image(self, path: os.PathLike | str, alt: str) -> None:
+    """Embeds a PNG written into the report directory (by file name, so the folder moves)."""
+    name = pathlib.Path(path).name
+    self.images.append(name)
+    self.parts.append(f"![{alt}]({name})\n")
+
+  def add_verdict(self, v: Verdict) -> Verdict:
+    self.verdicts.append(v)
+    return v
+
+  def verdict_section(self) -> str:
+    rows = [[v.expectation, v.criterion, v.measured, f"**{v.status}**"] for v in self.verdicts]
+    lines = ["## Expectation vs measured", "",
+             markdown_table(["published expectation", "criterion", "measured", "verdict"], rows,
+                            align="llll")]
+    notes = [f"- *{v.expectation.split('(')[0].strip()}*: {v.note}" for v in self.verdicts
+             if v.note]
+    if notes:
+      lines += ["", "Notes:", ""] + notes
+    held = sum(v.held is True for v in self.verdicts)
+    lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
+    return "\n".join(lines) + "\n"
+
+  def markdown(self) -> str:
+    elapsed = time.time() - self.started
+    mode = "quick" if self.options.quick else "full"
+    header = [f"# {self.title}", "",
+              f"- command: `{self.options.command_line()}`",
+              f"- mode: {mode}",
+              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+              f"- machine: {machine()}",
+              f"- study wall time: {elapsed / 60:.1f} min (models reused from earlier runs "
+              "are not retrained)"]
+    if self.runs:
+      total = sum(r.train_seconds or 0.0 for r in self.runs)
+      reused = sum(r.reused for r in self.runs)
+      header.append(f"- models: {len(self.runs)} ({reused} reused), total training time "
+                    f"{total / 60:.1f} min (from their metrics.jsonl)")
+    header.append("")
+    return "\n".join(header) + "\n" + self.verdict_section() + "\n" + "\n".join(self.parts)
+
+  def write(self, workdir: os.PathLike | str, results: Mapping[str, Any]) -> pathlib.Path:
+    """Writes ``report.md`` and ``results.json`` (results + verdicts + header facts)."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "report.md"
+    path.write_text(self.markdown())
+    payload = {"study": self.study, "title": self.title,
+               "mode": "quick" if self.options.quick else "full",
+               "command": self.options.command_line(), "machine": machine(),
+               "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+               "wall_time_s": time.time() - self.started,
+               "verdicts": [v.to_json() for v in self.verdicts], "results": results}
+    (workdir / "results.json").write_text(json.dumps(_json_safe(payload), indent=1) + "\n")
+    return path
+
+
+def _json_safe(value: Any) -> Any:
+  if isinstance(value, Mapping):
+    return {str(k): _json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_json_safe(v) for v in value]
+  if isinstance(value, (np.floating, float)):
+    return float(value) if math.isfinite(float(value)) else None
+  if isinstance(value, np.integer):
+    return int(value)
+  if isinstance(value, pathlib.Path):
+    return str(value)
+  return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Plots.
+
+
+def plot_curves(path: os.PathLike | str, series: Mapping[str, Sequence[tuple]], *,
+                xlabel: str, ylabel: str, title: str = "", logx: bool = False,
+                logy: bool = False, vline: Optional[float] = None, vline_label: str = "",
+                hline: Optional[float] = None, hline_label: str = "",
+                styles: Optional[Mapping[str, str]] = None,
+                colors: Optional[Mapping[str, str]] = None) -> pathlib.Path:
+  """Line plot with optional spread bands.
+
+  Args:
+    path: PNG path.
+    series: label -> points ``(x, y)`` or ``(x, y, low, high)`` (the band is drawn between low
+      and high when given).
+    xlabel, ylabel, title: axis labels and title.
+    logx, logy: log axes (base 2 for x).
+    vline, vline_label: optional vertical reference line (e.g. the training length).
+    hline, hline_label: optional horizontal reference line (e.g. the unigram loss).
+    styles: label -> matplotlib line style (default solid).
+    colors: label -> matplotlib color (default: the colour cycle).
+
+  Returns:
+    ``path``.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for label, points in series.items():
+    pts = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
+    if not pts:
+      continue
+    xs = [p[0] for p in pts]
+    (line,) = ax.plot(xs, [p[1] for p in pts], (styles or {}).get(label, "-"),
+                      marker="o" if len(pts) < 20 else None, markersize=3, label=label,
+                      color=(colors or {}).get(label))
+    bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
+    if bands and any(p[2] != p[3] for p in bands):
+      ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
+                      color=line.get_color(), alpha=0.2, linewidth=0)
+  if vline is not None:
+    ax.axvline(vline, color="gray", linestyle=":", label=vline_label or None)
+  if hline is not None:
+    ax.axhline(hline, color="black", linestyle="-.", linewidth=0.8, label=hline_label or None)
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")
+  if logx:
+    ax.set_xscale("log", base=2)
+    xs = sorted({p[0] for points in series.values() for p in points})
+    if 0 < len(xs) <= 12:
+      ax.set_xticks(xs)
+      ax.xaxis.set_major_formatter(plain)
+      ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+  if logy:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
