@@ -82,6 +82,22 @@ class AttentionTest(chex.TestCase):
     chex.assert_shape(out, (2, 13, 4, 8))
     chex.assert_trees_all_close(out, expected.astype(np.float32), atol=2e-6, rtol=2e-6)
 
+  @parameterized.named_parameters(("dense_chunked", "dense"), ("blockwise", "blockwise"))
+  def test_long_causal_chunked_path_matches_reference(self, implementation):
+    """L >= 128 takes dense attention's causal chunking (queries split, upper triangle skipped)."""
+    q, k, v = _inputs(batch=1, q_len=200, k_len=200, dim=4, seed=3)
+    positions = jnp.arange(200, dtype=jnp.int32)[None, :]
+    segments = jnp.concatenate([jnp.ones((1, 70), jnp.int32), 2 * jnp.ones((1, 130), jnp.int32)],
+                               axis=1)
+    bias_fn = _alibi_fn(4)
+    run = jax.jit(lambda q, k, v: attention(
+        q, k, v, q_positions=positions, k_positions=positions, bias=bias_fn,
+        implementation=implementation, q_segment_ids=segments, k_segment_ids=segments,
+        block_size=64))
+    expected = _naive_attention(q, k, v, bias=bias_fn(positions, positions),
+                                q_segment_ids=segments, k_segment_ids=segments)
+    chex.assert_trees_all_close(run(q, k, v), expected.astype(np.float32), atol=2e-6, rtol=2e-6)
+
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(("dense", "dense"), ("blockwise", "blockwise"))
   def test_offset_queries_over_partially_filled_cache(self, implementation):
