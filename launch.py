@@ -4,14 +4,27 @@ r"""pejax entry point: train a small decoder at one length, evaluate it at many.
     python launch.py --pe=alibi            # any registered PE
     python launch.py --pe=rope --eval_rope_scaling=yarn --eval_rope_factor=4
     python launch.py --config=experiments/configs/default.py --config.model.num_layers=4
+    python launch.py --study=extrapolation --quick   # a study: sweep, report.md, plots
 
 Flags map onto one experiment config (``pejax.experiment_config``); a ``--config`` file in the
 Flax-examples manner is applied first, then the plain flags given on the command line. Nothing
 below this file reads flags.
+
+``--study=<name>`` runs the study ``experiments/<name>.py`` instead of one experiment (the same
+as ``python -m experiments.<name>``): it reads the shared study flags of
+``experiments.study_report`` (``--quick``, ``--workdir`` = report directory, ``--runs_dir`` =
+trained models, ``--seeds``, ``--steps``, ``--override=path=value,...``), and the model, data and
+optimizer flags given here (``--d_model``, ``--num_layers``, ``--batch_size``, ``--train_len``,
+``--learning_rate``, ...) become config overrides of every model the study trains, so a study
+scales up on an accelerator, e.g. ``--study=extrapolation --d_model=512 --num_layers=8``. Flags a
+study sweeps itself (``--pe``, ``--seed``, ``--data``, ``--rope_scaling``, ``--eval_*``, ...) are
+rejected with a usage error.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 from absl import app
@@ -19,6 +32,8 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+import experiments
+from experiments import study_report
 from pejax import experiment_config
 from pejax.nn import pe_names
 
@@ -59,6 +74,10 @@ flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, re
 flags.DEFINE_integer("seed", None, "Random seed.")
 flags.DEFINE_bool("resume", None, "Continue from the latest checkpoint in --workdir.")
 flags.DEFINE_enum("attention", None, ("auto", "dense", "blockwise"), "Attention kernel.")
+flags.DEFINE_string("study", None, "Run the study experiments/<name>.py instead (see the module "
+                    "docstring); e.g. extrapolation, context_extension, passkey_scaling, "
+                    "training_curves.")
+study_report.define_flags()  # --quick, --runs_dir, --seeds, --override (workdir/steps above).
 
 # flag name -> config path.
 FLAG_TO_CONFIG = {
@@ -95,11 +114,59 @@ def build_config(flag_values: flags.FlagValues = flags.FLAGS):
   return config
 
 
+# Flags a study sets itself (it sweeps them), and flags a study reads directly.
+STUDY_OWNED_FLAGS = ("pe", "seed", "data", "rope_scaling", "rope_factor", "eval_lens", "eval_mode",
+                     "eval_rope_scaling", "eval_rope_factor", "passkey", "resume")
+STUDY_DIRECT_FLAGS = ("workdir", "steps")
+
+
+def study_names() -> list[str]:
+  """Modules of ``experiments/`` that define a study ``run(options)`` entry."""
+  names = []
+  for info in pkgutil.iter_modules(experiments.__path__):
+    if info.ispkg or info.name.startswith("_") or info.name == "study_report":
+      continue
+    names.append(info.name)
+  return sorted(names)
+
+
+def run_study(name: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Runs ``experiments.<name>.run`` with the study flags and the config flags as overrides."""
+  if name not in study_names():
+    raise app.UsageError(f"--study must be one of {study_names()}, got {name!r}")
+  module = importlib.import_module(f"experiments.{name}")
+  if not callable(getattr(module, "run", None)):
+    raise app.UsageError(f"experiments.{name} has no run(options) entry; use "
+                         f"python -m experiments.{name}")
+  owned = [f"--{f}" for f in STUDY_OWNED_FLAGS if flag_values[f].value is not None]
+  if flag_values["config"].value is not None:
+    owned.append("--config")
+  if owned:
+    raise app.UsageError(f"--study={name} does not take {', '.join(owned)} (the study sets "
+                         "them); use --override=path=value for other config fields")
+  overrides = {path: flag_values[flag].value for flag, path in FLAG_TO_CONFIG.items()
+               if flag not in STUDY_OWNED_FLAGS + STUDY_DIRECT_FLAGS
+               and flag_values[flag].value is not None}
+  try:
+    options = study_report.options_from_flags(flag_values, extra_overrides=overrides)
+    study_report.apply_overrides(experiment_config.get_default_config(), options.overrides)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  module.run(options)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Keep Orbax's per-file INFO lines out of the way.
+  if flags.FLAGS.study:
+    run_study(flags.FLAGS.study)
+    return
+  study_flags = [f"--{f}" for f in ("quick", "runs_dir", "seeds", "override")
+                 if flags.FLAGS[f].present]
+  if study_flags:
+    raise app.UsageError(f"{', '.join(study_flags)} only take effect with --study=<name>")
   from pejax.train import experiment  # pylint: disable=g-import-not-at-top
   try:
     experiment.train_and_evaluate(build_config())

@@ -551,8 +551,11 @@ class Report:
     lines = ["## Expectation vs measured", "",
              markdown_table(["published expectation", "criterion", "measured", "verdict"], rows,
                             align="llll")]
-    notes = [f"- *{v.expectation.split('(')[0].strip()}*: {v.note}" for v in self.verdicts
-             if v.note]
+    by_note: Dict[str, List[str]] = {}  # The same note for several claims is shown once.
+    for v in self.verdicts:
+      if v.note:
+        by_note.setdefault(v.note, []).append(v.expectation.split("(")[0].strip())
+    notes = [f"- *{'; '.join(claims)}*: {note}" for note, claims in by_note.items()]
     if notes:
       lines += ["", "Notes:", ""] + notes
     held = sum(v.held is True for v in self.verdicts)

@@ -1,0 +1,372 @@
+r"""RoPE context extension: zero-shot frequency scalings and a short fine-tune at a longer length.
+
+    python -m experiments.context_extension --quick     # ~2.5 min on 2 CPU cores
+    python -m experiments.context_extension             # full: ~5 min (+ the base model)
+    python launch.py --study=context_extension --quick
+
+One RoPE decoder is trained at length L on the stdlib corpus (the same model as the
+``extrapolation`` study's ``rope`` seed, reused from its runs directory when present). It is then
+evaluated at 1x-16x L with its weights unchanged and its rotary frequencies rescaled by each
+scaling (none, linear = position interpolation, ntk, dynamic, yarn, llama3), with
+``factor = eval_len / L`` at every length (the factor each method prescribes for that context).
+Finally, copies are fine-tuned at 4x L for 15% of the pre-training steps with linear (PI) and
+YaRN scaling at factor 4 (and, as a control, with no scaling) and evaluated again.
+
+References:
+  Chen et al., "Extending Context Window of Large Language Models via Positional Interpolation",
+  2023, arXiv:2306.15595.
+  bloc97, "NTK-Aware Scaled RoPE allows LLaMA models to have extended (8k+) context size without
+  any fine-tuning and minimal perplexity degradation", r/LocalLLaMA, 2023 (and its dynamic form).
+  Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", ICLR 2024,
+  arXiv:2309.00071.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from absl import app
+import ml_collections
+
+from experiments import extrapolation
+from experiments import study_report
+
+STUDY = "context_extension"
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+FINETUNE_SCALINGS = ("linear", "yarn", "none")
+MODE = "nonoverlap"
+
+YARN_MATCH = 1.02  # "YaRN matches or beats PI": YaRN perplexity <= 1.02 x PI's.
+PI_RECOVERY = 1.10  # PI fine-tune: perplexity at 4x L <= 1.10 x the base model's at L.
+PI_NOTE = (
+    "Likely reason at this scale: PI divides every rotation angle by the factor, so neighbouring "
+    "bytes get a fraction of the positional separation the model learned; a byte-level model "
+    "leans on exact local order, and a fine-tune of 15% of pre-training at a third of the "
+    "learning rate does not re-learn it (Chen et al. fine-tune LLaMA for 1000 steps). YaRN keeps "
+    "the high frequencies unscaled, which is why it recovers at once; compare the `none` control.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The sweep.
+
+  Attributes:
+    train_len: pre-training length L.
+    steps: pre-training steps.
+    seeds: seeds of the base model (results are averaged).
+    multipliers: evaluation lengths as multiples of L.
+    eval_tokens: validation tokens per length.
+    finetune_multiplier: fine-tuning length as a multiple of L (also the fine-tuning factor).
+    finetune_fraction: fine-tuning steps as a fraction of the pre-training steps.
+    scalings: zero-shot scalings compared.
+    finetune_scalings: scalings fine-tuned at the longer length.
+  """
+
+  train_len: int
+  steps: int
+  seeds: tuple
+  multipliers: tuple
+  eval_tokens: int
+  finetune_multiplier: int = 4
+  finetune_fraction: float = 0.15
+  scalings: tuple = SCALINGS
+  finetune_scalings: tuple = FINETUNE_SCALINGS
+
+  @property
+  def lengths(self) -> List[int]:
+    return [self.train_len * m for m in self.multipliers]
+
+  @property
+  def finetune_len(self) -> int:
+    return self.train_len * self.finetune_multiplier
+
+  @property
+  def finetune_steps(self) -> int:
+    return max(2, int(round(self.finetune_fraction * self.steps)))
+
+
+def settings_for(options: study_report.StudyOptions,
+                 config: ml_collections.ConfigDict) -> Settings:
+  """Quick: 1-8x L; full: 1-16x L. One seed unless ``--seeds``."""
+  return Settings(
+      train_len=int(config.data.train_len), steps=int(config.train.steps),
+      seeds=tuple(options.seed_list((0,))),
+      multipliers=(1, 2, 4, 8) if options.quick else (1, 2, 4, 8, 16),
+      eval_tokens=4096 if options.quick else 8192)
+
+
+def scaled_model(base_model, config: ml_collections.ConfigDict, name: str, factor: float):
+  """``base_model``'s weights in a decoder whose RoPE uses scaling ``name`` at ``factor``."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  train_len = int(config.data.train_len)
+  model_config = experiment.decoder_config_from(config)
+  scaling = experiment.rope_scaling_from_name(
+      name, factor=factor, original_max_position=int(config.pe.rope_original_max_position
+                                                     or train_len),
+      rotary_dim=int(model_config.head_dim * model_config.rope_fraction))
+  model = Decoder(dataclasses.replace(model_config, rope_scaling=scaling),
+                  rngs=nnx.Rngs(params=0))
+  nnx.update(model, nnx.state(base_model))
+  return model
+
+
+def zero_shot(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
+              settings: Settings, log: Callable[[str], None]) -> Dict[str, List[Dict[str, Any]]]:
+  """scaling -> perplexity rows at every length, factor = length / L (cached in the run dir)."""
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+
+  def compute():
+    base = study_report.load_model(info.run_dir, config)
+    valid = study_report.load_corpus(str(config.data.name)).valid
+    out = {}
+    for name in settings.scalings:
+      rows = []
+      for length in settings.lengths:
+        factor = max(1.0, length / settings.train_len)
+        model = base if name == "none" else scaled_model(base, config, name, factor)
+        (result,) = eval_lib.perplexity_at_lengths(
+            model, valid, lengths=[length], modes=[MODE], max_tokens=settings.eval_tokens,
+            blockwise_threshold=int(config.eval.blockwise_threshold))
+        rows.append({**result.to_json(), "factor": factor})
+      out[name] = rows
+      log(f"  zero-shot {name:<8} " + " ".join(
+          f"{r['length']}:{study_report.fmt(r['perplexity'])}" for r in rows))
+    return out
+
+  key = {"lengths": settings.lengths, "scalings": list(settings.scalings),
+         "eval_tokens": settings.eval_tokens, "factor": "length/L", "steps": info.steps}
+  return study_report.cached(info.run_dir / f"study_{STUDY}_zero_shot.json", key, compute)
+
+
+def finetune_config(config: ml_collections.ConfigDict, base_run: study_report.RunInfo,
+                    scaling: str, settings: Settings) -> ml_collections.ConfigDict:
+  """``config`` fine-tuned at ``finetune_len`` with ``scaling`` x ``finetune_multiplier``.
+
+  Same tokens per step (batch divided by the length multiplier), 15% of the pre-training steps,
+  a third of the pre-training learning rate with 10% warm-up.
+  """
+  ft = config.copy_and_resolve_references()
+  with ft.unlocked():
+    ft.pe.rope_scaling = scaling
+    ft.pe.rope_factor = float(settings.finetune_multiplier) if scaling != "none" else 1.0
+    ft.pe.rope_original_max_position = settings.train_len
+    ft.data.train_len = settings.finetune_len
+    ft.data.batch_size = max(1, int(config.data.batch_size) // settings.finetune_multiplier)
+    ft.train.steps = settings.finetune_steps
+    ft.train.eval_every = settings.finetune_steps
+    ft.train.log_every = max(1, settings.finetune_steps // 4)
+    ft.train.checkpoint_every = settings.finetune_steps
+    ft.optim.learning_rate = float(config.optim.learning_rate) / 3.0
+    ft.optim.warmup_steps = max(1, settings.finetune_steps // 10)
+    ft.train.init_from = str(base_run.run_dir)
+  return ft
+
+
+def finetuned(config: ml_collections.ConfigDict, base_run: study_report.RunInfo, *,
+              settings: Settings, runs_dir, log: Callable[[str], None]
+              ) -> Dict[str, Dict[str, Any]]:
+  """scaling -> {"run": RunInfo, "rows": perplexity rows} of each fine-tuned copy."""
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  out = {}
+  # Fine-tuned runs are keyed by their base model (init_from is not part of the run hash).
+  ft_dir = runs_dir / f"finetune-{base_run.run_dir.name}"
+  for scaling in settings.finetune_scalings:
+    ft = finetune_config(config, base_run, scaling, settings)
+    info = study_report.train_run(ft, runs_dir=ft_dir, log=log)
+
+    def compute(info=info, ft=ft):
+      model = study_report.load_model(info.run_dir, ft)
+      results = eval_lib.perplexity_at_lengths(
+          model, study_report.load_corpus(str(ft.data.name)).valid, lengths=settings.lengths,
+          modes=[MODE], max_tokens=settings.eval_tokens,
+          blockwise_threshold=int(ft.eval.blockwise_threshold))
+      return [r.to_json() for r in results]
+
+    key = {"lengths": settings.lengths, "eval_tokens": settings.eval_tokens, "steps": info.steps}
+    rows = study_report.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
+    log(f"  fine-tuned {scaling:<8} " + " ".join(
+        f"{r['length']}:{study_report.fmt(r['perplexity'])}" for r in rows))
+    out[scaling] = {"run": info, "rows": rows}
+  return out
+
+
+def _by_length(rows: Sequence[Mapping[str, Any]]) -> Dict[int, Optional[float]]:
+  return {int(r["length"]): r["perplexity"] for r in rows}
+
+
+def _geo_mean_beyond(curve: Mapping[int, Optional[float]], train_len: int) -> Optional[float]:
+  values = [v for l, v in curve.items() if l > train_len]
+  if not values or any(v is None or not math.isfinite(v) or v <= 0 for v in values):
+    return None
+  return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def verdicts(zero: Mapping[str, Mapping[int, Optional[float]]],
+             tuned: Mapping[str, Mapping[int, Optional[float]]], *, train_len: int,
+             finetune_len: int) -> List[study_report.Verdict]:
+  """The published claims checked on measured perplexity curves.
+
+  Args:
+    zero: zero-shot scaling -> length -> perplexity.
+    tuned: fine-tuned scaling -> length -> perplexity.
+    train_len: L.
+    finetune_len: the fine-tuning length.
+  """
+  out = []
+  g = {name: _geo_mean_beyond(curve, train_len) for name, curve in zero.items()}
+  measured = ", ".join(f"{n} {study_report.fmt(v)}" for n, v in g.items())
+  for name, who in (("dynamic", "Dynamic NTK (bloc97 2023)"), ("yarn", "YaRN (Peng et al. 2023)")):
+    if name in zero and "linear" in zero and "none" in zero:
+      out.append(study_report.verdict(
+          f"Without fine-tuning, {who} beats PI and plain RoPE beyond L",
+          f"geometric-mean perplexity over lengths > L: {name} < linear (PI) and {name} < none",
+          measured, lambda name=name: g[name] < g["linear"] and g[name] < g["none"]))
+  if "yarn" in tuned and "linear" in tuned:
+    y, p = tuned["yarn"].get(finetune_len), tuned["linear"].get(finetune_len)
+    out.append(study_report.verdict(
+        "After fine-tuning at the longer length, YaRN matches or beats PI (Peng et al. 2023, "
+        "Table 1)",
+        f"fine-tuned YaRN perplexity at {finetune_len} <= {YARN_MATCH} x fine-tuned PI's",
+        f"YaRN {study_report.fmt(y)}, PI {study_report.fmt(p)}",
+        lambda: y <= YARN_MATCH * p))
+  if "linear" in tuned and "none" in zero:
+    p, base = tuned["linear"].get(finetune_len), zero["none"].get(train_len)
+    out.append(study_report.verdict(
+        "A short PI fine-tune gives a good model at the extended length (Chen et al. 2023, "
+        "Table 1)",
+        f"fine-tuned PI perplexity at {finetune_len} <= {PI_RECOVERY} x the base model's at "
+        f"{train_len}",
+        f"PI fine-tuned {study_report.fmt(p)} at {finetune_len}; base {study_report.fmt(base)} "
+        f"at {train_len}", lambda: p <= PI_RECOVERY * base, note_if_not_held=PI_NOTE))
+  return out
+
+
+def _mean_curves(per_seed: Sequence[Mapping[str, Sequence[Mapping[str, Any]]]]
+                 ) -> Dict[str, Dict[int, Dict[str, Any]]]:
+  """name -> length -> spread over seeds."""
+  values: Dict[str, Dict[int, list]] = {}
+  for curves in per_seed:
+    for name, rows in curves.items():
+      for r in rows:
+        values.setdefault(name, {}).setdefault(int(r["length"]), []).append(r["perplexity"])
+  return {name: {l: study_report.spread(v) for l, v in cells.items()}
+          for name, cells in values.items()}
+
+
+def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+        log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Runs the study and writes its report; returns the results written to JSON."""
+  base = extrapolation.base_config(options)
+  settings = settings or settings_for(options, base)
+  runs_dir = options.models_dir(STUDY)
+  workdir = options.report_dir(STUDY)
+  reuse = [] if options.runs_dir else [options.models_dir(extrapolation.STUDY)]
+  report = study_report.Report("RoPE context extension: zero-shot scalings and fine-tuning",
+                               study=STUDY, options=options)
+  log(f"{STUDY}: RoPE at L={settings.train_len}, {settings.steps} steps, seeds "
+      f"{list(settings.seeds)}; eval {settings.lengths}; fine-tune at {settings.finetune_len} for "
+      f"{settings.finetune_steps} steps")
+  zero_per_seed, tuned_per_seed, base_runs, tuned_runs = [], [], [], {}
+  for seed in settings.seeds:
+    config = extrapolation.pe_config(base, "rope", seed)
+    info = study_report.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse, log=log)
+    base_runs.append(info)
+    zero_per_seed.append(zero_shot(info, config, settings=settings, log=log))
+    tuned = finetuned(config, info, settings=settings, runs_dir=runs_dir, log=log)
+    tuned_per_seed.append({k: v["rows"] for k, v in tuned.items()})
+    for k, v in tuned.items():
+      tuned_runs.setdefault(k, []).append(v["run"])
+  report.add_runs(base_runs + [r for infos in tuned_runs.values() for r in infos])
+  zero = _mean_curves(zero_per_seed)
+  tuned = _mean_curves(tuned_per_seed)
+  mean_of = lambda curves: {n: {l: s["mean"] for l, s in c.items()} for n, c in curves.items()}
+  for v in verdicts(mean_of(zero), mean_of(tuned), train_len=settings.train_len,
+                    finetune_len=settings.finetune_len):
+    report.add_verdict(v)
+
+  unigram = study_report.unigram_loss(str(base.data.name))
+  report.section(
+      "Setup",
+      f"Base model: RoPE (base {base.pe.rope_base}), {base.model.num_layers} layers, d_model "
+      f"{base.model.d_model}, trained at L = {settings.train_len} for {settings.steps} steps "
+      f"(seeds {list(settings.seeds)}; valid loss "
+      + ", ".join(study_report.fmt(r.valid_loss, 3) for r in base_runs)
+      + f" nats vs unigram {study_report.fmt(unigram, 3)}). Zero-shot: the same weights, "
+      "rotary frequencies rescaled; the factor at each evaluation length is "
+      "`max(1, eval_len / L)` (so at L every method equals plain RoPE); `dynamic` recomputes its "
+      "base from the actual sequence length, `llama3` uses low/high frequency factors 1 and 4. "
+      f"Fine-tune: from the base weights at {settings.finetune_len} = "
+      f"{settings.finetune_multiplier}x L with factor {settings.finetune_multiplier}, "
+      f"{settings.finetune_steps} steps ({settings.finetune_fraction:.0%} of pre-training), the "
+      "same tokens per step, learning rate / 3; `none` is the control (fine-tuned at the long "
+      f"length without scaling). Perplexity in the `{MODE}` protocol on {settings.eval_tokens} "
+      "validation tokens per length (mean [min-max] over seeds when several).")
+
+  def table(curves, names, caption):
+    header = ["scaling"] + [f"{l // settings.train_len}x ({l})" for l in settings.lengths]
+    rows = [[n] + [study_report.fmt_spread(curves[n].get(l, {})) for l in settings.lengths]
+            for n in names if n in curves]
+    report.table(header, rows, caption=caption)
+
+  table(zero, settings.scalings, f"**Zero-shot perplexity** (trained at L = {settings.train_len})")
+  png = study_report.plot_curves(
+      workdir / "context_extension_zero_shot.png",
+      {n: [(l, s["mean"], s["min"], s["max"]) for l, s in zero[n].items()]
+       for n in settings.scalings if n in zero},
+      xlabel="evaluation length (bytes)", ylabel="perplexity", logx=True, logy=True,
+      vline=settings.train_len, vline_label=f"train length {settings.train_len}",
+      title="RoPE zero-shot context extension (factor = eval_len / L)")
+  report.image(png, "zero-shot perplexity vs length")
+  table(tuned, settings.finetune_scalings,
+        f"**After fine-tuning at {settings.finetune_len}** ({settings.finetune_steps} steps, "
+        f"factor {settings.finetune_multiplier}; `none` = no scaling)")
+  series = {f"fine-tuned {n}": [(l, s["mean"], s["min"], s["max"]) for l, s in tuned[n].items()]
+            for n in settings.finetune_scalings if n in tuned}
+  series["base, no scaling"] = [(l, s["mean"]) for l, s in zero.get("none", {}).items()]
+  png = study_report.plot_curves(
+      workdir / "context_extension_finetuned.png", series,
+      xlabel="evaluation length (bytes)", ylabel="perplexity", logx=True, logy=True,
+      vline=settings.finetune_len, vline_label=f"fine-tune length {settings.finetune_len}",
+      styles={"base, no scaling": ":"},
+      title=f"After fine-tuning at {settings.finetune_multiplier}x L")
+  report.image(png, "fine-tuned perplexity vs length")
+  train_rows = []
+  for info in base_runs:
+    train_rows.append(["base (rope)", info.steps, study_report.fmt(info.train_loss, 3),
+                       study_report.fmt(info.valid_loss, 3), info.train_time()])
+  for name, infos in tuned_runs.items():
+    for r in infos:
+      train_rows.append([f"fine-tune {name}", r.steps, study_report.fmt(r.train_loss, 3),
+                         study_report.fmt(r.valid_loss, 3), r.train_time()])
+  report.table(["model", "steps", "train loss", "valid loss at its train length",
+                "train time"], train_rows,
+               caption=f"**Training** (nats per byte; unigram {study_report.fmt(unigram, 3)})")
+  results = {"settings": {**dataclasses.asdict(settings), "lengths": settings.lengths,
+                          "finetune_len": settings.finetune_len,
+                          "finetune_steps": settings.finetune_steps},
+             "unigram_loss": unigram,
+             "zero_shot": {n: {str(l): s for l, s in c.items()} for n, c in zero.items()},
+             "finetuned": {n: {str(l): s for l, s in c.items()} for n, c in tuned.items()},
+             "base_runs": [r.to_json() for r in base_runs],
+             "finetune_runs": {k: [r.to_json() for r in v] for k, v in tuned_runs.items()}}
+  path = report.write(workdir, results)
+  log(f"{STUDY}: wrote {path}")
+  for v in report.verdicts:
+    log(f"  [{v.status}] {v.expectation}: {v.measured}")
+  return results
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
+  study_report.quiet_logging()
+  run(study_report.options_from_flags())
+
+
+if __name__ == "__main__":
+  study_report.define_flags()
+  app.run(main)

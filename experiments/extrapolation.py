@@ -1,0 +1,375 @@
+r"""Length extrapolation of every PE (Press et al. 2022, "Train Short, Test Long").
+
+    python -m experiments.extrapolation --quick        # 1 seed, L=64, 100 steps: ~5 min
+    python -m experiments.extrapolation                # 2 seeds, L=128, 300 steps: ~1 h
+    python -m experiments.extrapolation --seeds=0,1,2  # adds a seed (trains only the new one)
+    python launch.py --study=extrapolation --quick     # the same through the entry point
+
+(Times measured on 2 CPU cores shared with other jobs: quick 4.5 min, full 55 min; on an
+accelerator scale it up with e.g. ``python launch.py --study=extrapolation --d_model=512
+--num_layers=8 --steps=5000``.)
+
+Trains one decoder per positional encoding (none, sinusoidal, learned, rope, alibi, t5) and seed
+at length L on the built-in stdlib byte corpus, then measures perplexity at 1x-16x L in both
+protocols of the ALiBi paper (``nonoverlap`` windows and ``sliding`` windows with stride L/4).
+Writes ``report.md`` (tables, plots, expectation vs measured), ``results.json`` and
+``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--runs_dir``.
+
+References:
+  Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input
+  Length Extrapolation", ICLR 2022, arXiv:2108.12409.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from absl import app
+import ml_collections
+
+from experiments import study_report
+
+STUDY = "extrapolation"
+PES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+MODES = ("nonoverlap", "sliding")
+
+# Verdict thresholds (stated in the report next to each verdict).
+ALIBI_HOLD_RATIO = 1.10  # ALiBi: perplexity at the longest length <= 1.10 x its perplexity at L.
+SHARP_RATIO = 2.0  # "degrades sharply": perplexity at the longest length >= 2 x at L.
+DEGRADE_RATIO = 1.5  # "degrades": perplexity at the longest length >= 1.5 x at L.
+SCALE_NOTE = ("Likely reason at this scale: briefly trained small models rely mostly on short-range "
+              "context, so unfamiliar positions far away cost them little; more steps (the full "
+              "mode, or --steps) sharpen the differences.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The sweep of one run of the study.
+
+  Attributes:
+    train_len: training length L.
+    steps: training steps per model.
+    seeds: seeds per PE.
+    multipliers: evaluation lengths as multiples of L.
+    eval_tokens: validation tokens scored per (length, protocol).
+    pes: encodings compared.
+  """
+
+  train_len: int
+  steps: int
+  seeds: tuple
+  multipliers: tuple
+  eval_tokens: int
+  pes: tuple = PES
+
+  @property
+  def lengths(self) -> List[int]:
+    return [self.train_len * m for m in self.multipliers]
+
+
+def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+  """The default experiment at the study's mode settings, with the user's overrides applied."""
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  config = experiment_config.get_default_config()
+  config.data.train_len = 64 if options.quick else 128
+  config.train.steps = options.steps or (100 if options.quick else 300)
+  config.train.eval_every = 50 if options.quick else 100
+  config.train.log_every = 10 if options.quick else 25
+  config.optim.warmup_steps = 20 if options.quick else 50
+  study_report.apply_overrides(config, options.overrides)
+  return config
+
+
+def settings_for(options: study_report.StudyOptions,
+                 config: ml_collections.ConfigDict) -> Settings:
+  """The sweep for ``options`` (quick: 1 seed, 1-8x; full: 2 seeds, 1-16x)."""
+  return Settings(
+      train_len=int(config.data.train_len), steps=int(config.train.steps),
+      seeds=tuple(options.seed_list((0,) if options.quick else (0, 1))),
+      multipliers=(1, 2, 4, 8) if options.quick else (1, 2, 4, 8, 16),
+      eval_tokens=4096 if options.quick else 8192)
+
+
+def pe_config(base: ml_collections.ConfigDict, pe: str, seed: int) -> ml_collections.ConfigDict:
+  """``base`` with one PE and seed."""
+  config = base.copy_and_resolve_references()
+  with config.unlocked():
+    config.pe.name = pe
+    config.seed = int(seed)
+  return config
+
+
+def evaluate_run(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
+                 lengths: Sequence[int], modes: Sequence[str], eval_tokens: int,
+                 log: Callable[[str], None]) -> List[Dict[str, Any]]:
+  """Perplexity of one trained model at every length and protocol (cached in its run dir)."""
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+
+  def compute():
+    model = study_report.load_model(info.run_dir, config)
+    max_length = int(config.pe.max_position or config.data.train_len) if (
+        config.pe.name == "learned") else None
+    results = eval_lib.perplexity_at_lengths(
+        model, study_report.load_corpus(str(config.data.name)).valid, lengths=lengths,
+        modes=modes, max_tokens=eval_tokens, max_length=max_length,
+        blockwise_threshold=int(config.eval.blockwise_threshold),
+        unsupported_reason=f"table size {max_length}")
+    return [r.to_json() for r in results]
+
+  key = {"lengths": list(lengths), "modes": list(modes), "eval_tokens": eval_tokens,
+         "stride": "L/4", "steps": info.steps}
+  return study_report.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
+
+
+def summarize(per_seed: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
+              ) -> Dict[str, Dict[str, Dict[int, Dict[str, Any]]]]:
+  """pe -> mode -> length -> spread of perplexity over seeds (plus the n/a status)."""
+  summary: Dict[str, Dict[str, Dict[int, Dict[str, Any]]]] = {}
+  for pe, seed_rows in per_seed.items():
+    cells: Dict[tuple, list] = {}
+    status: Dict[tuple, str] = {}
+    for rows in seed_rows:
+      for r in rows:
+        key = (r["mode"], int(r["length"]))
+        cells.setdefault(key, []).append(r["perplexity"] if r["status"] == "ok" else None)
+        if r["status"] != "ok":
+          status[key] = r["status"]
+    for (mode, length), values in cells.items():
+      stats = study_report.spread(values)
+      stats["status"] = status.get((mode, length), "ok")
+      summary.setdefault(pe, {}).setdefault(mode, {})[length] = stats
+  return summary
+
+
+def _mean(summary, pe: str, mode: str, length: int) -> Optional[float]:
+  return summary[pe][mode][length]["mean"]
+
+
+def _ratio(summary, pe: str, mode: str, short: int, long: int) -> float:
+  """Perplexity at ``long`` over perplexity at ``short`` (raises TypeError when missing)."""
+  return _mean(summary, pe, mode, long) / _mean(summary, pe, mode, short)
+
+
+def _ratios_text(summary, pe: str, modes: Sequence[str], short: int, long: int) -> str:
+  parts = []
+  for mode in modes:
+    a, b = _mean(summary, pe, mode, short), _mean(summary, pe, mode, long)
+    ratio = (b / a) if (a and b) else None
+    parts.append(f"{mode}: {study_report.fmt(a)} -> {study_report.fmt(b)} "
+                 f"(x{study_report.fmt(ratio)})")
+  return "; ".join(parts)
+
+
+def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
+             modes: Sequence[str] = MODES) -> List[study_report.Verdict]:
+  """The ALiBi paper's claims checked on ``summary`` (from :func:`summarize`).
+
+  Args:
+    summary: pe -> mode -> length -> ``{"mean": perplexity, "status": ...}``.
+    train_len: L.
+    max_len: the longest evaluated length.
+    modes: protocols a claim must hold in (all of them).
+
+  Returns:
+    One :class:`~experiments.study_report.Verdict` per claim whose PEs were evaluated.
+  """
+  x = max_len // train_len
+  out = []
+  have = lambda *pes: all(p in summary for p in pes)
+  all_modes = lambda fn: all(fn(m) for m in modes)
+  if have("alibi"):
+    out.append(study_report.verdict(
+        "ALiBi keeps its perplexity at L out to many times L (Press et al. 2022, Fig. 1)",
+        f"ALiBi perplexity at {x}x L <= {ALIBI_HOLD_RATIO} x its perplexity at L, in "
+        f"{' and '.join(modes)}",
+        _ratios_text(summary, "alibi", modes, train_len, max_len),
+        lambda: all_modes(lambda m: _ratio(summary, "alibi", m, train_len, max_len)
+                          <= ALIBI_HOLD_RATIO)))
+  if have("sinusoidal"):
+    out.append(study_report.verdict(
+        "Sinusoidal degrades sharply past L (Press et al. 2022, Fig. 1)",
+        f"sinusoidal perplexity at {x}x L >= {SHARP_RATIO} x at L, in {' and '.join(modes)}",
+        _ratios_text(summary, "sinusoidal", modes, train_len, max_len),
+        lambda: all_modes(lambda m: _ratio(summary, "sinusoidal", m, train_len, max_len)
+                          >= SHARP_RATIO), note_if_not_held=SCALE_NOTE))
+  if have("learned"):
+    longer = [l for l in summary["learned"][modes[0]] if l > train_len]
+    out.append(study_report.verdict(
+        "Learned absolute positions cannot go past their table (n/a beyond L)",
+        "every length > L reports n/a and L itself is evaluated",
+        f"{len(longer)} longer lengths: " + ", ".join(
+            f"{l}: {summary['learned'][modes[0]][l]['status']}" for l in sorted(longer)),
+        lambda: (_mean(summary, "learned", modes[0], train_len) is not None and all(
+            summary["learned"][m][l]["status"] != "ok" for m in modes for l in longer))))
+  if have("rope"):
+    out.append(study_report.verdict(
+        "RoPE degrades past L (Press et al. 2022, Fig. 1)",
+        f"RoPE perplexity at {x}x L >= {DEGRADE_RATIO} x at L, in {' and '.join(modes)}",
+        _ratios_text(summary, "rope", modes, train_len, max_len),
+        lambda: all_modes(lambda m: _ratio(summary, "rope", m, train_len, max_len)
+                          >= DEGRADE_RATIO), note_if_not_held=SCALE_NOTE))
+  if have("t5", "rope"):
+    out.append(study_report.verdict(
+        "The T5 bias extrapolates better than RoPE (Press et al. 2022, Fig. 1)",
+        f"T5's perplexity ratio {x}x L / L < RoPE's, in {' and '.join(modes)}",
+        "; ".join(f"{m}: T5 x{study_report.fmt(_safe_ratio(summary, 't5', m, train_len, max_len))}"
+                  f" vs RoPE x{study_report.fmt(_safe_ratio(summary, 'rope', m, train_len, max_len))}"
+                  for m in modes),
+        lambda: all_modes(lambda m: _ratio(summary, "t5", m, train_len, max_len)
+                          < _ratio(summary, "rope", m, train_len, max_len))))
+  if have("alibi") and len(summary) > 1:
+    def best(mode):
+      finite = {p: _mean(summary, p, mode, max_len) for p in summary}
+      finite = {p: v for p, v in finite.items() if v is not None}
+      return min(finite, key=finite.get) if finite else None
+    out.append(study_report.verdict(
+        "ALiBi has the lowest perplexity of all PEs at long lengths (Press et al. 2022)",
+        f"ALiBi is the best PE at {x}x L, in {' and '.join(modes)}",
+        "; ".join(f"{m}: best {best(m)}" for m in modes),
+        lambda: all_modes(lambda m: best(m) == "alibi")))
+  return out
+
+
+def _safe_ratio(summary, pe, mode, short, long) -> Optional[float]:
+  try:
+    return _ratio(summary, pe, mode, short, long)
+  except (TypeError, KeyError, ZeroDivisionError):
+    return None
+
+
+def headline_table(summary: Mapping[str, Any], runs: Mapping[str, Sequence[Any]], *,
+                   settings: Settings, mode: str) -> tuple:
+  """(header, rows): PE x length perplexity (mean [min-max] over seeds) and losses at L."""
+  header = (["PE"] + [f"{m}x ({settings.train_len * m})" for m in settings.multipliers]
+            + ["valid loss at L"])
+  rows = []
+  for pe in settings.pes:
+    if pe not in summary:
+      continue
+    cells = [pe]
+    for length in settings.lengths:
+      stats = summary[pe][mode].get(length, {})
+      cells.append(study_report.fmt_spread(stats) if stats.get("mean") is not None
+                   else "n/a")
+    losses = study_report.spread([r.valid_loss for r in runs.get(pe, [])])
+    cells.append(study_report.fmt(losses["mean"], 3))
+    rows.append(cells)
+  return header, rows
+
+
+def training_note(runs: Mapping[str, Sequence[study_report.RunInfo]], unigram: Optional[float],
+                  options: study_report.StudyOptions) -> str:
+  """How far below the unigram loss the models trained (computed, not asserted)."""
+  losses = [r.valid_loss for infos in runs.values() for r in infos if r.valid_loss is not None]
+  if not losses or unigram is None:
+    return ""
+  text = (f"Final validation losses {min(losses):.3f}-{max(losses):.3f} nats/byte against the "
+          f"corpus's unigram loss {unigram:.3f} (ratio {min(losses) / unigram:.2f}-"
+          f"{max(losses) / unigram:.2f}).")
+  if options.quick:
+    text += (" Quick mode trains only briefly: the models use little context, differences are "
+             "smaller than in the full run and the verdicts are indicative only.")
+  return text
+
+
+def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+        log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Runs the study and writes its report; returns the results dict written to JSON.
+
+  Args:
+    options: flags (or their Python equivalent).
+    settings: the sweep; default :func:`settings_for` ``options`` (tests pass tiny ones).
+    log: progress lines.
+  """
+  base = base_config(options)
+  settings = settings or settings_for(options, base)
+  runs_dir = options.models_dir(STUDY)
+  workdir = options.report_dir(STUDY)
+  report = study_report.Report("Length extrapolation of positional encodings", study=STUDY,
+                               options=options)
+  log(f"{STUDY}: {len(settings.pes)} PEs x {len(settings.seeds)} seeds, L={settings.train_len}, "
+      f"{settings.steps} steps, eval {settings.lengths}; models in {runs_dir}")
+  per_seed: Dict[str, List[list]] = {}
+  runs: Dict[str, List[study_report.RunInfo]] = {}
+  for pe in settings.pes:
+    for seed in settings.seeds:
+      config = pe_config(base, pe, seed)
+      info = study_report.train_run(config, runs_dir=runs_dir, log=log)
+      rows = evaluate_run(info, config, lengths=settings.lengths, modes=MODES,
+                          eval_tokens=settings.eval_tokens, log=log)
+      per_seed.setdefault(pe, []).append(rows)
+      runs.setdefault(pe, []).append(info)
+      longest = [r for r in rows if r["length"] == settings.lengths[-1] and r["status"] == "ok"]
+      log(f"  {pe} seed {seed}: ppl at L "
+          f"{study_report.fmt([r for r in rows if r['length'] == settings.train_len][0]['perplexity'])}"
+          + (f", at {settings.lengths[-1]} {study_report.fmt(longest[0]['perplexity'])}"
+             if longest else ""))
+  summary = summarize(per_seed)
+  report.add_runs([r for infos in runs.values() for r in infos])
+  max_len = settings.lengths[-1]
+  for v in verdicts(summary, train_len=settings.train_len, max_len=max_len):
+    report.add_verdict(v)
+
+  unigram = study_report.unigram_loss(str(base.data.name))
+  report.section(
+      "Setup",
+      f"Decoder: {base.model.num_layers} layers, d_model {base.model.d_model}, "
+      f"{base.model.num_heads} heads, byte vocabulary; trained at L = {settings.train_len} on "
+      f"the built-in `{base.data.name}` corpus for {settings.steps} steps, batch "
+      f"{base.data.batch_size}, AdamW lr {base.optim.learning_rate}; seeds {list(settings.seeds)}. "
+      f"Evaluated on {settings.eval_tokens} validation tokens per cell at lengths "
+      f"{settings.lengths}. Protocols (ALiBi paper): `nonoverlap` scores disjoint windows; "
+      f"`sliding` advances windows by L_eval/4 and scores only the last quarter, so every scored "
+      f"token has at least 3/4 L_eval of context. Cells show mean perplexity (bytes) over seeds "
+      f"with [min-max] when there are several seeds. " + training_note(runs, unigram, options))
+  for mode in MODES:
+    header, rows = headline_table(summary, runs, settings=settings, mode=mode)
+    report.table(header, rows, caption=f"**Perplexity vs evaluation length, `{mode}` protocol** "
+                 f"(trained at L = {settings.train_len})")
+    series = {}
+    for pe in settings.pes:
+      if pe not in summary:
+        continue
+      series[pe] = [(length, s["mean"], s["min"], s["max"])
+                    for length, s in summary[pe][mode].items()]
+    png = study_report.plot_curves(
+        workdir / f"extrapolation_{mode}.png", series, xlabel="evaluation length (bytes)",
+        ylabel="perplexity", logx=True, logy=True, vline=settings.train_len,
+        vline_label=f"train length {settings.train_len}",
+        title=f"Perplexity vs length ({mode}; band = min-max over {len(settings.seeds)} "
+        f"seed{'s' if len(settings.seeds) > 1 else ''})")
+    report.image(png, f"perplexity vs length, {mode}")
+  loss_rows = []
+  for pe in settings.pes:
+    for info, seed in zip(runs.get(pe, []), settings.seeds):
+      loss_rows.append([pe, seed, info.steps, study_report.fmt(info.train_loss, 3),
+                        study_report.fmt(info.valid_loss, 3), study_report.fmt(unigram, 3),
+                        info.train_time()])
+  report.table(["PE", "seed", "steps", "train loss", "valid loss at L", "unigram loss",
+                "train time"], loss_rows, caption="**Training** (nats per byte)")
+  results = {
+      "settings": dataclasses.asdict(settings), "lengths": settings.lengths,
+      "unigram_loss": unigram,
+      "summary": {pe: {m: {str(l): s for l, s in cells.items()} for m, cells in modes.items()}
+                  for pe, modes in summary.items()},
+      "per_seed": per_seed,
+      "runs": {pe: [r.to_json() for r in infos] for pe, infos in runs.items()},
+  }
+  path = report.write(workdir, results)
+  log(f"{STUDY}: wrote {path}")
+  for v in report.verdicts:
+    log(f"  [{v.status}] {v.expectation}: {v.measured}")
+  return results
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
+  study_report.quiet_logging()
+  run(study_report.options_from_flags())
+
+
+if __name__ == "__main__":
+  study_report.define_flags()
+  app.run(main)

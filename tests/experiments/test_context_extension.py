@@ -1,0 +1,93 @@
+"""Tests of the context-extension study: verdicts on made-up curves and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from experiments import context_extension
+from experiments import study_report
+
+L = 32
+
+
+def _statuses(zero, tuned):
+  return [v.status for v in context_extension.verdicts(zero, tuned, train_len=L,
+                                                       finetune_len=4 * L)]
+
+
+ZERO = {  # Shaped like Peng et al. 2023 Fig. / bloc97's plots.
+    "none": {L: 10.0, 2 * L: 50.0, 4 * L: 200.0},
+    "linear": {L: 10.0, 2 * L: 14.0, 4 * L: 25.0},
+    "dynamic": {L: 10.0, 2 * L: 10.5, 4 * L: 12.0},
+    "yarn": {L: 10.0, 2 * L: 10.2, 4 * L: 11.0},
+}
+TUNED = {"linear": {4 * L: 9.6}, "yarn": {4 * L: 9.5}}
+
+
+class VerdictTest(absltest.TestCase):
+
+  def test_published_shape_holds(self):
+    self.assertEqual(_statuses(ZERO, TUNED), [study_report.HELD] * 4)
+
+  def test_each_claim_can_fail(self):
+    zero = {k: dict(v) for k, v in ZERO.items()}
+    zero["dynamic"][4 * L] = 300.0  # Worse than plain RoPE beyond L.
+    zero["yarn"][2 * L] = 40.0  # Worse than PI beyond L (geometric mean).
+    tuned = {"linear": {4 * L: 12.0}, "yarn": {4 * L: 13.0}}  # YaRN > 1.02 x PI; PI > 1.1 x base.
+    self.assertEqual(_statuses(zero, tuned), [study_report.NOT_HELD] * 4)
+
+  def test_missing_perplexity_is_not_measurable(self):
+    zero = {k: dict(v) for k, v in ZERO.items()}
+    zero["dynamic"][4 * L] = None
+    self.assertEqual(_statuses(zero, {})[0], study_report.NOT_MEASURED)
+
+  def test_finetune_config_keeps_tokens_per_step(self):
+    from experiments import extrapolation  # pylint: disable=g-import-not-at-top
+    base = extrapolation.base_config(study_report.StudyOptions(quick=True))
+    settings = context_extension.settings_for(study_report.StudyOptions(quick=True), base)
+    info = study_report.RunInfo(pathlib.Path("runs/base"), settings.steps, 1.0, 1.0, 3.0, 0.0,
+                                True)
+    ft = context_extension.finetune_config(base, info, "yarn", settings)
+    self.assertEqual(ft.data.train_len * ft.data.batch_size,
+                     base.data.train_len * base.data.batch_size)
+    self.assertEqual((ft.pe.rope_scaling, ft.pe.rope_factor), ("yarn", 4.0))
+    self.assertEqual(ft.pe.rope_original_max_position, base.data.train_len)
+    self.assertEqual(ft.train.init_from, "runs/base")
+    self.assertEqual(ft.train.steps, round(0.15 * base.train.steps))
+
+
+class SmokeTest(absltest.TestCase):
+
+  def test_tiny_run_writes_report_json_and_plots(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(pathlib.Path(context_extension.__file__).read_text() * 3)
+    options = study_report.StudyOptions(
+        quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
+        command="test", overrides={
+            "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+            "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
+            "optim.warmup_steps": 1})
+    settings = context_extension.Settings(
+        train_len=L, steps=2, seeds=(0,), multipliers=(1, 2), eval_tokens=128,
+        finetune_multiplier=2, finetune_fraction=1.0, scalings=("none", "linear", "yarn"),
+        finetune_scalings=("linear",))
+    results = context_extension.run(options, settings=settings, log=lambda _: None)
+    report = (tmp / "report" / "report.md").read_text()
+    self.assertIn("## Expectation vs measured", report)
+    for png in ("context_extension_zero_shot.png", "context_extension_finetuned.png"):
+      self.assertEqual((tmp / "report" / png).read_bytes()[:4], b"\x89PNG")
+    payload = json.loads((tmp / "report" / "results.json").read_text())
+    self.assertNotEqual(payload["verdicts"], [])
+    # At L every scaling has factor 1: the same model as plain RoPE.
+    zero = results["zero_shot"]
+    self.assertAlmostEqual(zero["linear"][str(L)]["mean"], zero["none"][str(L)]["mean"],
+                           places=4)
+    self.assertIn(str(2 * L), results["finetuned"]["linear"])
+
+
+if __name__ == "__main__":
+  absltest.main()

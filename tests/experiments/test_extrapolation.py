@@ -1,0 +1,100 @@
+"""Tests of the extrapolation study: verdict logic on made-up numbers and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from experiments import extrapolation
+from experiments import study_report
+
+L = 32
+
+
+def _summary(curves):
+  """pe -> {length: ppl} (same in both protocols; None = n/a) in the summarize() format."""
+  out = {}
+  for pe, points in curves.items():
+    for mode in extrapolation.MODES:
+      out.setdefault(pe, {})[mode] = {
+          length: {"mean": ppl, "status": "ok" if ppl is not None else "n/a (table size 32)"}
+          for length, ppl in points.items()}
+  return out
+
+
+PUBLISHED = {  # Shaped like Press et al. Fig. 1.
+    "alibi": {L: 10.0, 16 * L: 9.5},
+    "sinusoidal": {L: 10.5, 16 * L: 300.0},
+    "learned": {L: 10.4, 16 * L: None},
+    "rope": {L: 10.2, 16 * L: 40.0},
+    "t5": {L: 10.1, 16 * L: 14.0},
+}
+
+
+def _statuses(curves):
+  return {v.expectation: v.status for v in extrapolation.verdicts(
+      _summary(curves), train_len=L, max_len=16 * L)}
+
+
+class VerdictTest(absltest.TestCase):
+
+  def test_published_shape_holds_everywhere(self):
+    statuses = _statuses(PUBLISHED)
+    self.assertLen(statuses, 6)
+    self.assertEqual(set(statuses.values()), {study_report.HELD})
+
+  def test_each_claim_can_fail(self):
+    curves = {pe: dict(points) for pe, points in PUBLISHED.items()}
+    curves["alibi"][16 * L] = 12.0  # +20%: ALiBi no longer flat, and no longer the best.
+    curves["sinusoidal"][16 * L] = 15.0  # Only x1.4: not "sharp".
+    curves["learned"][16 * L] = 11.0  # Evaluated past its table.
+    curves["rope"][16 * L] = 11.0  # Only x1.08.
+    curves["t5"][16 * L] = 20.0  # Worse ratio than RoPE.
+    statuses = _statuses(curves)
+    self.assertEqual(set(statuses.values()), {study_report.NOT_HELD}, statuses)
+
+  def test_missing_numbers_are_not_measurable(self):
+    curves = {"alibi": {L: 10.0, 16 * L: None}}
+    (v,) = extrapolation.verdicts(_summary(curves), train_len=L, max_len=16 * L)
+    self.assertEqual(v.status, study_report.NOT_MEASURED)
+
+  def test_summarize_spreads_over_seeds(self):
+    rows = lambda ppl: [{"length": L, "mode": "nonoverlap", "perplexity": ppl, "status": "ok"}]
+    summary = extrapolation.summarize({"rope": [rows(2.0), rows(4.0)]})
+    cell = summary["rope"]["nonoverlap"][L]
+    self.assertAlmostEqual(cell["mean"], 3.0)
+    self.assertEqual((cell["min"], cell["max"], cell["n"]), (2.0, 4.0, 2))
+
+
+class SmokeTest(absltest.TestCase):
+
+  def test_tiny_run_writes_report_json_and_plots(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
+    options = study_report.StudyOptions(
+        quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
+        command="test", overrides={
+            "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+            "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
+            "optim.warmup_steps": 1})
+    settings = extrapolation.Settings(train_len=L, steps=2, seeds=(0,), multipliers=(1, 2),
+                                      eval_tokens=128, pes=("learned",))
+    results = extrapolation.run(options, settings=settings, log=lambda _: None)
+    report = (tmp / "report" / "report.md").read_text()
+    self.assertIn("## Expectation vs measured", report)
+    self.assertIn("cannot go past their table", report)
+    for mode in extrapolation.MODES:
+      self.assertEqual((tmp / "report" / f"extrapolation_{mode}.png").read_bytes()[:4],
+                       b"\x89PNG")
+    payload = json.loads((tmp / "report" / "results.json").read_text())
+    self.assertEqual(payload["verdicts"][0]["status"], study_report.HELD)
+    learned = results["summary"]["learned"]["nonoverlap"]
+    self.assertIsNotNone(learned[str(L)]["mean"])
+    self.assertIsNone(learned[str(2 * L)]["mean"])  # Past the table: n/a, not a number.
+
+
+if __name__ == "__main__":
+  absltest.main()

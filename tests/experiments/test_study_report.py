@@ -1,0 +1,139 @@
+"""Tests of the shared study plumbing: overrides, spreads, verdicts, report, plots, cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from experiments import study_report
+from pejax import experiment_config
+
+
+class OverridesTest(absltest.TestCase):
+
+  def test_parse_and_apply_cast_to_the_field_type(self):
+    config = experiment_config.get_default_config()
+    overrides = study_report.parse_overrides(
+        ["model.d_model=64", "optim.learning_rate=0.01", "model.tie_embeddings=false",
+         "data.name=passkey"])
+    study_report.apply_overrides(config, overrides)
+    self.assertEqual(config.model.d_model, 64)
+    self.assertIsInstance(config.model.d_model, int)
+    self.assertAlmostEqual(config.optim.learning_rate, 0.01)
+    self.assertFalse(config.model.tie_embeddings)
+    self.assertEqual(config.data.name, "passkey")
+
+  def test_bad_override_names_the_path(self):
+    config = experiment_config.get_default_config()
+    with self.assertRaisesRegex(ValueError, "model.nope"):
+      study_report.apply_overrides(config, {"model.nope": 1})
+    with self.assertRaisesRegex(ValueError, "override"):
+      study_report.parse_overrides(["model.d_model"])
+
+  def test_run_dir_depends_on_model_settings_only(self):
+    a = experiment_config.get_default_config()
+    b = experiment_config.get_default_config()
+    b.eval.num_tokens = 7  # Evaluation settings do not change the model.
+    self.assertEqual(study_report.run_dir_for(a, "r"), study_report.run_dir_for(b, "r"))
+    b.seed = 1
+    self.assertNotEqual(study_report.run_dir_for(a, "r"), study_report.run_dir_for(b, "r"))
+
+
+class NumbersTest(absltest.TestCase):
+
+  def test_spread_ignores_missing_values(self):
+    stats = study_report.spread([1.0, None, 3.0, float("nan")])
+    self.assertEqual(stats["n"], 2)
+    self.assertAlmostEqual(stats["mean"], 2.0)
+    self.assertAlmostEqual(stats["min"], 1.0)
+    self.assertAlmostEqual(stats["max"], 3.0)
+    self.assertIsNone(study_report.spread([None])["mean"])
+
+  def test_formatting(self):
+    self.assertEqual(study_report.fmt(None), "n/a")
+    self.assertEqual(study_report.fmt(float("inf")), "n/a")
+    self.assertEqual(study_report.fmt(1.234), "1.23")
+    self.assertEqual(study_report.fmt_spread(study_report.spread([1.0, 3.0])), "2.00 [1.00-3.00]")
+    self.assertEqual(study_report.fmt_spread(study_report.spread([1.0])), "1.00")
+
+
+class VerdictTest(absltest.TestCase):
+
+  def test_status_follows_the_check(self):
+    held = study_report.verdict("e", "c", "m", lambda: 1 < 2)
+    failed = study_report.verdict("e", "c", "m", lambda: 2 < 1)
+    missing = study_report.verdict("e", "c", "m", lambda: None < 1)  # TypeError: not measured.
+    self.assertEqual(held.status, study_report.HELD)
+    self.assertEqual(failed.status, study_report.NOT_HELD)
+    self.assertEqual(missing.status, study_report.NOT_MEASURED)
+
+
+class ReportTest(absltest.TestCase):
+
+  def test_report_writes_markdown_json_and_png(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(quick=True, command="python -m experiments.x --quick")
+    report = study_report.Report("A study", study="x", options=options)
+    report.add_verdict(study_report.verdict("claim A", "a < b", "1 < 2", lambda: True))
+    report.add_verdict(study_report.verdict("claim B", "a > b", "1 > 2", lambda: False))
+    report.table(["pe", "ppl"], [["rope", "1.00"]], caption="**table**")
+    png = study_report.plot_curves(
+        workdir / "curve.png", {"a": [(1, 2.0, 1.5, 2.5), (2, 3.0, 2.0, 4.0)], "b": [(1, None)]},
+        xlabel="x", ylabel="y", logx=True, vline=1, hline=2.5)
+    report.image(png, "a curve")
+    path = report.write(workdir, {"numbers": [1.0, float("nan")]})
+    text = path.read_text()
+    self.assertIn("# A study", text)
+    self.assertIn("`python -m experiments.x --quick`", text)
+    self.assertIn("## Expectation vs measured", text)
+    self.assertIn("**held**", text)
+    self.assertIn("**did not hold**", text)
+    self.assertIn("1 of 2 expectations held", text)
+    self.assertIn("![a curve](curve.png)", text)
+    self.assertEqual((workdir / "curve.png").read_bytes()[:4], b"\x89PNG")
+    payload = json.loads((workdir / "results.json").read_text())
+    self.assertEqual([v["status"] for v in payload["verdicts"]], ["held", "did not hold"])
+    self.assertIsNone(payload["results"]["numbers"][1])  # NaN -> null: strict JSON.
+
+  def test_markdown_table(self):
+    table = study_report.markdown_table(["a", "b"], [[1, 2]])
+    self.assertEqual(table.splitlines(), ["| a | b |", "|:---|---:|", "| 1 | 2 |"])
+
+
+class CacheTest(absltest.TestCase):
+
+  def test_cached_recomputes_only_when_the_key_changes(self):
+    path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
+    calls = []
+    compute = lambda: calls.append(1) or {"x": len(calls)}
+    self.assertEqual(study_report.cached(path, {"k": 1}, compute), {"x": 1})
+    self.assertEqual(study_report.cached(path, {"k": 1}, compute), {"x": 1})
+    self.assertEqual(study_report.cached(path, {"k": 2}, compute), {"x": 2})
+    self.assertLen(calls, 2)
+
+
+class LaunchStudyFlagTest(absltest.TestCase):
+  """``launch.py --study=<name>``: bad combinations are one-line usage errors."""
+
+  def test_usage_errors(self):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for args, message in (
+        (["--study=nope"], "--study must be one of .*extrapolation"),
+        (["--study=extrapolation", "--pe=rope"], "does not take --pe"),
+        (["--study=extrapolation", "--override=model.nope=1"], "model.nope"),
+        (["--quick"], "--quick only take effect with --study"),
+    ):
+      proc = subprocess.run([sys.executable, str(root / "launch.py"), *args], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+      self.assertNotEqual(proc.returncode, 0)
+      self.assertRegex(proc.stderr, message)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,72 @@
+"""Tests of the training-curves study: metrics parsing, averaging, verdicts, tiny run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from experiments import study_report
+from experiments import training_curves
+
+RECORDS = [
+    {"step": 10, "split": "train", "metrics": {"loss": 3.0}},
+    {"step": 20, "split": "train", "metrics": {"loss": 2.0}},
+    {"step": 20, "split": "eval", "metrics": {"loss": 2.2}},
+    {"step": 30, "split": "train", "metrics": {"loss": None}},  # A non-finite value logged.
+]
+
+
+class CurvesTest(absltest.TestCase):
+
+  def test_curves_from_metrics(self):
+    curves = training_curves.curves_from_metrics(RECORDS)
+    self.assertEqual(curves["train"], [(10, 3.0), (20, 2.0)])
+    self.assertEqual(curves["eval"], [(20, 2.2)])
+
+  def test_average_over_seeds_at_common_steps(self):
+    avg = training_curves.average_curves([[(10, 3.0), (20, 2.0)], [(10, 1.0), (20, 4.0),
+                                                                    (30, 1.0)]])
+    self.assertEqual(avg, [(10, 2.0, 1.0, 3.0), (20, 3.0, 2.0, 4.0)])
+
+  def test_first_step_below(self):
+    curve = [(10, 3.0, 3.0, 3.0), (20, 2.0, 2.0, 2.0)]
+    self.assertEqual(training_curves.first_step_below(curve, 2.5), 20)
+    self.assertIsNone(training_curves.first_step_below(curve, 1.0))
+
+
+class VerdictTest(absltest.TestCase):
+
+  def test_holds_and_fails(self):
+    good = training_curves.verdicts({"sinusoidal": 1.5, "rope": 1.4, "alibi": 1.45}, unigram=3.2)
+    self.assertEqual([v.status for v in good], [study_report.HELD] * 3)
+    bad = training_curves.verdicts({"sinusoidal": 1.3, "rope": 1.4, "alibi": 3.0}, unigram=3.2)
+    self.assertEqual([v.status for v in bad], [study_report.NOT_HELD] * 3)
+
+
+class SmokeTest(absltest.TestCase):
+
+  def test_tiny_run_writes_report_json_and_plot(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(pathlib.Path(training_curves.__file__).read_text() * 3)
+    options = study_report.StudyOptions(
+        quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=4,
+        command="test", overrides={
+            "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+            "data.train_len": 32, "data.batch_size": 2, "data.name": str(corpus),
+            "optim.warmup_steps": 1, "train.log_every": 2, "train.eval_every": 2})
+    results = training_curves.run(options, pes=("rope",), log=lambda _: None)
+    self.assertEqual([p[0] for p in results["train_curves"]["rope"]], [2, 4])
+    self.assertEqual([p[0] for p in results["eval_curves"]["rope"]], [2, 4])
+    self.assertIn("## Expectation vs measured",
+                  (tmp / "report" / "report.md").read_text())
+    self.assertEqual((tmp / "report" / "training_curves.png").read_bytes()[:4], b"\x89PNG")
+    payload = json.loads((tmp / "report" / "results.json").read_text())
+    self.assertEqual(payload["verdicts"][0]["criterion"].split(" <=")[0],
+                     "every final validation loss")
+
+
+if __name__ == "__main__":
+  absltest.main()
