@@ -74,6 +74,14 @@ flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, re
 flags.DEFINE_integer("seed", None, "Random seed.")
 flags.DEFINE_bool("resume", None, "Continue from the latest checkpoint in --workdir.")
 flags.DEFINE_enum("attention", None, ("auto", "dense", "blockwise"), "Attention kernel.")
+flags.DEFINE_string("mesh", None, "Device mesh, e.g. data=4,model=2 (axes data, fsdp, model; "
+                    "one size may be -1); default: all devices on data.")
+flags.DEFINE_bool("distributed", None, "Call jax.distributed.initialize (auto-detects SLURM, "
+                  "Open MPI, Cloud TPU pods, Kubernetes).")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 in a multi-host run.")
+flags.DEFINE_integer("num_processes", None, "Processes of a multi-host run (0 = detect).",
+                     lower_bound=0)
+flags.DEFINE_integer("process_id", None, "This process's index (-1 = detect).", lower_bound=-1)
 flags.DEFINE_string("study", None, "Run the study experiments/<name>.py instead (see the module "
                     "docstring); e.g. extrapolation, context_extension, passkey_scaling, "
                     "training_curves.")
@@ -90,6 +98,9 @@ FLAG_TO_CONFIG = {
     "num_layers": "model.num_layers", "d_model": "model.d_model", "num_heads": "model.num_heads",
     "num_kv_heads": "model.num_kv_heads", "data": "data.name", "workdir": "workdir",
     "seed": "seed", "resume": "train.resume", "attention": "model.attention",
+    "mesh": "mesh.spec", "distributed": "mesh.distributed",
+    "coordinator_address": "mesh.coordinator_address", "num_processes": "mesh.num_processes",
+    "process_id": "mesh.process_id",
 }
 
 
