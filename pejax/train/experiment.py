@@ -460,7 +460,8 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
                              title=f"Perplexity vs length (trained at {train_len})")
   header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} "
             f"steps={train_result.final_step} final train loss "
-            f"{train_result.last_loss if train_result.last_loss is not None else float('nan'):.3f}"
+            + (f"{train_result.last_loss:.3f}" if train_result.last_loss is not None
+               else "n/a (training already finished, evaluation only)")
             + (f" (unigram {math.log(unigram):.3f} nats)" if unigram else ""))
   text = header + "\n\n" + "\n\n".join(text_parts)
   if coordinator:
