@@ -353,18 +353,10 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
              "finetuned": {n: {str(l): s for l, s in c.items()} for n, c in tuned.items()},
              "base_runs": [r.to_json() for r in base_runs],
              "finetune_runs": {k: [r.to_json() for r in v] for k, v in tuned_runs.items()}}
-  path = report.write(workdir, results)
-  log(f"{STUDY}: wrote {path}")
-  for v in report.verdicts:
-    log(f"  [{v.status}] {v.expectation}: {v.measured}")
-  return results
+  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
-  study_report.quiet_logging()
-  run(study_report.options_from_flags())
+main = study_report.study_main(run)
 
 
 if __name__ == "__main__":

@@ -645,11 +645,7 @@ def _write_report(report: study_report.Report, settings: Settings,
   report.write(workdir, results)
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
-  study_report.quiet_logging()
-  run(study_report.options_from_flags())
+main = study_report.study_main(run)
 
 
 if __name__ == "__main__":

@@ -682,3 +682,26 @@ def plot_curves(path: os.PathLike | str, series: Mapping[str, Sequence[tuple]], 
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def write_report(report: "Report", workdir, results: dict, *, study: str,
+                 log: Callable[[str], None] = print) -> dict:
+  """Writes ``report`` with ``results`` into ``workdir`` and logs every verdict; returns results."""
+  path = report.write(workdir, results)
+  log(f"{study}: wrote {path}")
+  for v in report.verdicts:
+    log(f"  [{v.status}] {v.expectation}: {v.measured}")
+  return results
+
+
+def study_main(run: Callable[..., Any]) -> Callable[[Sequence[str]], None]:
+  """The absl ``main`` of a study module: reads the shared study flags and calls ``run``."""
+
+  def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+      from absl import app  # pylint: disable=g-import-not-at-top
+      raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
+    quiet_logging()
+    run(options_from_flags())
+
+  return main
