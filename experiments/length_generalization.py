@@ -202,16 +202,10 @@ def accuracy_by_size(model, task: str, *, sizes: Sequence[int], examples: int, r
   Returns:
     size -> fraction of its examples whose every answer byte is the argmax.
   """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
   from pejax.data import synthetic_example  # pylint: disable=g-import-not-at-top
-
-  @nnx.jit
-  def right(model, inputs, targets, positions, mask):
-    logits = model(inputs, positions=positions, attention="dense")
-    wrong = (jnp.argmax(logits, -1) != targets) & (mask > 0)
-    return ~jnp.any(wrong, -1)
 
   rng = np.random.default_rng(seed)
   batch_examples, owners = [], []
@@ -224,8 +218,8 @@ def accuracy_by_size(model, task: str, *, sizes: Sequence[int], examples: int, r
   correct = []
   for start in range(0, len(owners), chunk):
     part = {k: jnp.asarray(v[start:start + chunk]) for k, v in batch.items()}
-    correct.append(np.asarray(right(model, part["inputs"], part["targets"], part["positions"],
-                                    part["loss_mask"])))
+    correct.append(np.asarray(eval_lib.answer_exact_match(
+        model, part["inputs"], part["targets"], part["positions"], part["loss_mask"])))
   correct = np.concatenate(correct)
   owners = np.asarray(owners)
   return {int(s): float(np.mean(correct[owners == s])) for s in sizes}

@@ -1,5 +1,6 @@
 """Evaluation: perplexity against length (two protocols), passkey retrieval, reports."""
 
+from pejax.eval.exact_match import answer_exact_match
 from pejax.eval.passkey import passkey_accuracy
 from pejax.eval.passkey import PasskeyResult
 from pejax.eval.perplexity import default_stride
@@ -12,6 +13,7 @@ from pejax.eval.report import plot_perplexity
 from pejax.eval.report import write_results
 
 __all__ = (
+    "answer_exact_match",
     "default_stride",
     "format_passkey_table",
     "format_table",

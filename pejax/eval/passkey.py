@@ -12,12 +12,12 @@ import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence
 
 from flax import nnx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pejax import data as data_lib
 from pejax.encodings import arg_checks
+from pejax.eval import exact_match
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +43,6 @@ class PasskeyResult:
     if out["accuracy"] != out["accuracy"]:
       out["accuracy"] = None
     return out
-
-
-@nnx.jit(static_argnames=("attention",))
-def _all_answer_bytes_right(model: nnx.Module, inputs: jax.Array, targets: jax.Array,
-                            positions: jax.Array, loss_mask: jax.Array, *,
-                            attention: str) -> jax.Array:
-  logits = model(inputs, positions=positions, attention=attention)
-  wrong = (jnp.argmax(logits, axis=-1) != targets) & (loss_mask > 0)
-  return ~jnp.any(wrong, axis=-1)
 
 
 def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Sequence[float],
@@ -89,7 +80,7 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
       batch = data_lib.synthetic_batch(
           "passkey", seed + 1000 * i + j, batch_size=examples, seq_len=length,
           min_size=length + 1, max_size=length + 1, depth=float(depth))
-      right = _all_answer_bytes_right(
+      right = exact_match.answer_exact_match(
           model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
           jnp.asarray(batch["loss_mask"]),
           attention="blockwise" if length > blockwise_threshold else "dense")

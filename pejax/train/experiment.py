@@ -224,12 +224,6 @@ def _task_accuracy(model, task: str, *, lengths: Sequence[int], seed: int, examp
                    log: Callable[[str], None]) -> List[Dict[str, Any]]:
   """Exact-match accuracy (every answer byte right under teacher forcing) at each length."""
 
-  @nnx.jit(static_argnames=("attention",))
-  def right(model, inputs, targets, positions, mask, *, attention):
-    logits = model(inputs, positions=positions, attention=attention)
-    wrong = (jnp.argmax(logits, -1) != targets) & (mask > 0)
-    return ~jnp.any(wrong, -1)
-
   rows = []
   for length in lengths:
     try:
@@ -239,9 +233,10 @@ def _task_accuracy(model, task: str, *, lengths: Sequence[int], seed: int, examp
     except ValueError as e:
       rows.append({"length": length, "accuracy": None, "status": f"n/a ({e})"})
       continue
-    ok = right(model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
-               jnp.asarray(batch["loss_mask"]),
-               attention="blockwise" if length > blockwise_threshold else "dense")
+    ok = eval_lib.answer_exact_match(
+        model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
+        jnp.asarray(batch["loss_mask"]),
+        attention="blockwise" if length > blockwise_threshold else "dense")
     acc = float(np.mean(np.asarray(ok)))
     rows.append({"length": length, "task_size": size, "accuracy": acc, "status": "ok"})
     log(f"eval {task} L={length:>6} (size {size}): exact-match accuracy {acc:.3f}")
