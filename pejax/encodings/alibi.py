@@ -65,21 +65,6 @@ def alibi_slopes(num_heads: int) -> jnp.ndarray:
   return jnp.asarray(np.asarray(_get_slopes(num_heads), dtype=np.float32))
 
 
-def _check_positions(q_positions: Any, k_positions: Any) -> tuple[jnp.ndarray, jnp.ndarray]:
-  """Validates `[..., Lq]` / `[..., Lk]` integer positions with broadcastable leading dims."""
-  q_positions = arg_checks.check_integer_array("q_positions", q_positions)
-  k_positions = arg_checks.check_integer_array("k_positions", k_positions)
-  arg_checks.check_min_rank("q_positions", q_positions, 1, "[..., Lq]")
-  arg_checks.check_min_rank("k_positions", k_positions, 1, "[..., Lk]")
-  try:
-    np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
-  except ValueError:
-    raise ValueError(
-        "q_positions and k_positions must have broadcastable leading dims, got shapes"
-        f" {q_positions.shape} and {k_positions.shape}") from None
-  return q_positions, k_positions
-
-
 def alibi_bias(
     q_positions: Any,
     k_positions: Any,
@@ -108,7 +93,7 @@ def alibi_bias(
     ValueError: if positions are not integer arrays of rank >= 1, their leading dims do not
       broadcast, or `slopes` is not 1-D.
   """
-  q_positions, k_positions = _check_positions(q_positions, k_positions)
+  q_positions, k_positions, _ = arg_checks.check_query_key_positions(q_positions, k_positions)
   slopes = jnp.asarray(slopes)
   if slopes.ndim != 1:
     raise ValueError(f"slopes must be 1-D [H], got shape {slopes.shape}")

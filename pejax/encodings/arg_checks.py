@@ -68,3 +68,27 @@ def check_min_rank(name: str, x: Any, rank: int, axes: str) -> None:
   """Raises ``ValueError`` unless ``x.ndim >= rank``; ``axes`` names the expected layout."""
   if jnp.ndim(x) < rank:
     raise ValueError(f"{name} must have shape {axes} (rank >= {rank}), got shape {jnp.shape(x)}")
+
+
+def check_query_key_positions(q_positions: Any, k_positions: Any
+                              ) -> tuple[jnp.ndarray, jnp.ndarray, tuple[int, ...]]:
+  """Validates ``[..., Lq]`` / ``[..., Lk]`` integer positions of a relative-position bias.
+
+  Returns:
+    ``(q_positions, k_positions, batch_shape)`` with ``batch_shape`` the broadcast of their
+    leading dims.
+
+  Raises:
+    ValueError: for non-integer dtypes, rank 0, or leading dims that do not broadcast.
+  """
+  q_positions = check_integer_array("q_positions", q_positions)
+  k_positions = check_integer_array("k_positions", k_positions)
+  check_min_rank("q_positions", q_positions, 1, "[..., Lq]")
+  check_min_rank("k_positions", k_positions, 1, "[..., Lk]")
+  try:
+    batch_shape = np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
+  except ValueError:
+    raise ValueError(
+        "q_positions and k_positions must have broadcastable leading dims, got shapes"
+        f" {q_positions.shape} and {k_positions.shape}") from None
+  return q_positions, k_positions, batch_shape

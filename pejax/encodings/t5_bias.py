@@ -96,16 +96,8 @@ class T5RelativeBias(nnx.Module):
       ValueError: if positions are not integer arrays of rank >= 1 or their leading dims do not
         broadcast.
     """
-    q_positions = arg_checks.check_integer_array("q_positions", q_positions)
-    k_positions = arg_checks.check_integer_array("k_positions", k_positions)
-    arg_checks.check_min_rank("q_positions", q_positions, 1, "[..., Lq]")
-    arg_checks.check_min_rank("k_positions", k_positions, 1, "[..., Lk]")
-    try:
-      batch_shape = np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
-    except ValueError:
-      raise ValueError(
-          "q_positions and k_positions must have broadcastable leading dims, got shapes"
-          f" {q_positions.shape} and {k_positions.shape}") from None
+    q_positions, k_positions, batch_shape = arg_checks.check_query_key_positions(
+        q_positions, k_positions)
     # int32 (signed) so that unsigned positions do not wrap around in k - q.
     q_positions = jnp.broadcast_to(q_positions.astype(jnp.int32),
                                    batch_shape + q_positions.shape[-1:])
