@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 
 from absl import app
 from absl import flags
@@ -36,9 +35,7 @@ import experiments
 from experiments import study_report
 from pejax import experiment_config
 from pejax.nn import pe_names
-
-ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
-EVAL_MODES = ("nonoverlap", "sliding", "both")
+from pejax.train import experiment
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Optional experiment config file (a get_config() module), e.g. "
@@ -46,16 +43,18 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 # Each flag left unset keeps the config's value. Enum flags reject bad values with a usage line.
 flags.DEFINE_enum("pe", None, pe_names(), "Positional encoding.")
-flags.DEFINE_enum("rope_scaling", None, ROPE_SCALINGS, "RoPE scaling used in training.")
+flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
+                  "RoPE scaling used in training.")
 flags.DEFINE_float("rope_factor", None, "Factor of --rope_scaling.")
 flags.DEFINE_enum("rope_layout", None, ("half", "interleaved"), "RoPE channel layout.")
 flags.DEFINE_float("rope_fraction", None, "Partial rotary: fraction of head dims rotated.")
 flags.DEFINE_float("rope_base", None, "RoPE base theta.")
 flags.DEFINE_integer("train_len", None, "Training sequence length (bytes).", lower_bound=8)
 flags.DEFINE_list("eval_lens", None, "Evaluation lengths; default 1,2,4,8,16 x train_len.")
-flags.DEFINE_enum("eval_mode", None, EVAL_MODES, "Evaluation protocol(s) (ALiBi paper).")
+flags.DEFINE_enum("eval_mode", None, experiment.EVAL_MODES,
+                  "Evaluation protocol(s) (ALiBi paper).")
 flags.DEFINE_integer("eval_tokens", None, "Validation tokens scored per length.", lower_bound=1)
-flags.DEFINE_enum("eval_rope_scaling", None, ROPE_SCALINGS,
+flags.DEFINE_enum("eval_rope_scaling", None, experiment.ROPE_SCALINGS,
                   "Zero-shot context extension applied at evaluation (RoPE models).")
 flags.DEFINE_float("eval_rope_factor", None, "Factor of --eval_rope_scaling; default "
                    "max(eval_len) / train_len.")
@@ -178,7 +177,6 @@ def main(argv):
                  if flags.FLAGS[f].present]
   if study_flags:
     raise app.UsageError(f"{', '.join(study_flags)} only take effect with --study=<name>")
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
   try:
     experiment.train_and_evaluate(build_config())
   except experiment.ConfigError as e:

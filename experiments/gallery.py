@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 from absl import app
 import jax.numpy as jnp

@@ -42,9 +42,9 @@ from pejax.nn import DecoderConfig
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import loop
 from pejax.train import optimizer as optimizer_lib
-from pejax.train import train_step as train_step_lib
 
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+EVAL_MODES = ("nonoverlap", "sliding", "both")  # "both" runs the two ALiBi-paper protocols.
 # Config sections whose values change what a checkpoint means (hashed into the default workdir).
 _IDENTITY_SECTIONS = ("model", "pe", "data", "optim", "seed")
 
@@ -322,9 +322,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     log = lambda line: None
   train_len = int(config.data.train_len)
   lengths = eval_lengths(config)
-  if config.eval.mode not in ("nonoverlap", "sliding", "both"):
-    raise ConfigError(
-        f"eval_mode must be one of ['nonoverlap', 'sliding', 'both'], got {config.eval.mode!r}")
+  if config.eval.mode not in EVAL_MODES:
+    raise ConfigError(f"eval_mode must be one of {list(EVAL_MODES)}, got {config.eval.mode!r}")
   if config.eval.rope_scaling and config.eval.rope_scaling != "none" and config.pe.name != "rope":
     raise ConfigError(
         f"eval_rope_scaling={config.eval.rope_scaling!r} needs pe=rope, got pe={config.pe.name!r}")
