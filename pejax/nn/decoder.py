@@ -43,6 +43,7 @@ from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
 from pejax.nn.positional.registry import build_pe
+from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
 
@@ -91,7 +92,7 @@ class Decoder(nnx.Module):
     self.blocks = nnx.List([DecoderBlock(config, rngs=rngs) for _ in range(config.num_layers)])
     self.final_norm = nnx.RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
-    self.lm_head = None if config.tie_embeddings else nnx.Linear(
+    self.lm_head = None if config.tie_embeddings else TokenLinear(
         config.d_model, config.vocab_size, use_bias=False, dtype=dtype,
         kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, (axes.EMBED, axes.VOCAB)),
         rngs=rngs)
@@ -265,5 +266,8 @@ class Decoder(nnx.Module):
 
   def _logits(self, x: jax.Array) -> jax.Array:
     x = self.final_norm(x)
-    logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
-    return logits.astype(jnp.float32)
+    if self.lm_head is not None:
+      return self.lm_head(x).astype(jnp.float32)
+    # Tied: one [N, E] x [E, V] product over the flattened tokens (see token_linear.py).
+    logits = self.embed.attend(x.reshape((-1, x.shape[-1])))
+    return logits.reshape(x.shape[:-1] + (logits.shape[-1],)).astype(jnp.float32)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from flax import nnx
 import jax
 
+from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
 if TYPE_CHECKING:
@@ -31,8 +32,8 @@ class Mlp(nnx.Module):
     width, hidden, dtype = config.d_model, config.mlp_hidden, config.compute_dtype
     self.kind = config.mlp
 
-    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> nnx.Linear:
-      return nnx.Linear(
+    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> TokenLinear:
+      return TokenLinear(
           features_in, features_out, use_bias=False, dtype=dtype,
           kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
 

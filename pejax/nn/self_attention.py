@@ -18,6 +18,7 @@ from jax.sharding import PartitionSpec
 
 from pejax.nn.attention import Bias, attention
 from pejax.nn.positional.interface import PositionalEncoding
+from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ class SelfAttention(nnx.Module):
     self.block_size = config.block_size
     self.cache_rotated_keys = config.cache_rotated_keys
 
-    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> nnx.Linear:
-      return nnx.Linear(
+    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> TokenLinear:
+      return TokenLinear(
           features_in, features_out, use_bias=False, dtype=dtype,
           kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
 
