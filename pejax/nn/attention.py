@@ -2,13 +2,14 @@
 
 Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads (GQA), D head dim.
 
-* ``dense`` materializes ``[B, H, Lq, Lk]`` float32 logits and softmax whatever the input dtype,
-  the fast choice for training lengths. A causal full-sequence call (no KV-cache offset, ``Lq ==
+* ``dense`` (:mod:`pejax.nn.dense_attention`) computes ``[Lq, Lk]`` float32 logits and softmax
+  whatever the input dtype, the fast choice for training lengths: a few batch rows at a time so
+  that they stay in the CPU cache, with a flash-style custom gradient that keeps O(L) residuals
+  and recomputes the probabilities. A causal full-sequence call (no KV-cache offset, ``Lq ==
   Lk``) of at least ``_CHUNK_FROM`` (128) tokens is split into up to 8 static query chunks,
   chunk ``i`` attending only to the keys ``[0, end_i)``: the tiles above the diagonal are never
   computed (work ``(n + 1) / 2n`` of the full square, no loop, no online softmax, the same
-  numbers; training step at 256 tokens -10% CPU time, forward at 1K tokens 3.5x faster, see
-  ``benchmarks/README.md``).
+  numbers; see ``benchmarks/README.md``).
 * ``blockwise`` (:mod:`pejax.nn.blockwise_attention`) tiles queries and keys with an online
   softmax and evaluates the positional bias per tile: memory O(L * tile), for evaluation far
   beyond the training length.
@@ -21,16 +22,14 @@ returned, so that a decoder evaluates it once per forward pass and shares it acr
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
-from pejax.nn.attention_mask import attention_mask
-from pejax.nn.batch_broadcast import broadcast_batch
 from pejax.nn.blockwise_attention import blockwise_attention
+from pejax.nn.dense_attention import dense_attention
 
 Array = jax.Array
 Bias = Union[None, Array, Callable[[Array, Array], Array]]
@@ -44,8 +43,6 @@ IMPLEMENTATIONS = ("dense", "blockwise")
 _MIN_CHUNK = 64
 _CHUNK_FROM = 2 * _MIN_CHUNK
 _MAX_CHUNKS = 8
-# Finite stand-in for -inf (a fully masked row gives uniform weights instead of NaN).
-_MASKED = -1e30
 ATTENTION_CHOICES = ("auto",) + IMPLEMENTATIONS
 
 
@@ -126,36 +123,15 @@ def attention(
         k_segment_ids=k_segment_ids, block_size=block_size)
   if callable(bias):
     bias = bias(q_positions, k_positions)
-  if bias is not None:
-    bias = bias.astype(jnp.float32)
   q_len, k_len = q.shape[1], k.shape[1]
-  bounds = [(0, q_len)]
+  chunks = ((0, q_len, k_len),)
   if causal and isinstance(q_offset, int) and q_offset == 0 and q_len == k_len:
-    bounds = causal_chunks(q_len)
-  outs = []
-  for start, end in bounds:  # Query chunk [start, end) sees keys [0, end) (all if not chunked).
-    k_end = end if len(bounds) > 1 else k_len
-    outs.append(_dense_chunk(
-        q[:, start:end], k[:, :k_end], v[:, :k_end],
-        q_slots=q_offset + jnp.arange(start, end, dtype=jnp.int32),
-        k_slots=jnp.arange(k_end, dtype=jnp.int32),
-        bias=None if bias is None else _batch_bias(bias[:, :, start:end, :k_end], q.shape[0]),
-        causal=causal,
-        kv_length=kv_length,
-        q_segment_ids=None if q_segment_ids is None else q_segment_ids[:, start:end],
-        k_segment_ids=None if k_segment_ids is None else k_segment_ids[:, :k_end]))
-  return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
-
-
-def _batch_bias(bias: Array, batch: int) -> Array:
-  """``[1, ...]`` -> ``[B, ...]`` with a cheap gradient (learned shared biases), else unchanged.
-
-  Applied per chunk, after slicing: the gradient of a slice is a pad plus an add, which on the
-  shared ``[1, H, ...]`` bias costs 1/B of what it would cost on the broadcast ``[B, H, ...]``.
-  """
-  if bias.shape[0] == 1 and batch > 1:
-    return broadcast_batch(bias, batch)
-  return bias
+    # Query chunk [start, end) sees keys [0, end): the tiles above the diagonal are skipped.
+    chunks = tuple((start, end, end) for start, end in causal_chunks(q_len))
+  return dense_attention(
+      q, k, v, bias=bias, q_slots=q_offset + jnp.arange(q_len, dtype=jnp.int32),
+      k_slots=jnp.arange(k_len, dtype=jnp.int32), causal=causal, chunks=chunks,
+      kv_length=kv_length, q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids)
 
 
 def causal_chunks(length: int) -> list[tuple[int, int]]:
@@ -175,24 +151,3 @@ def causal_chunks(length: int) -> list[tuple[int, int]]:
   num = max(1, min(_MAX_CHUNKS, length // _MIN_CHUNK))
   edges = [round(i * length / num) for i in range(num + 1)]
   return list(zip(edges[:-1], edges[1:]))
-
-
-def _dense_chunk(q: Array, k: Array, v: Array, *, q_slots: Array, k_slots: Array,
-                 bias: Optional[Array], causal: bool, kv_length, q_segment_ids,
-                 k_segment_ids) -> Array:
-  """Softmax attention of ``q [B, Lq, H, D]`` over ``k, v [B, Lk, K, D]``, float32 logits."""
-  batch, q_len, num_heads, head_dim = q.shape
-  num_kv_heads = k.shape[2]
-  groups = num_heads // num_kv_heads
-  qg = q.reshape((batch, q_len, num_kv_heads, groups, head_dim))
-  logits = jnp.einsum("bqkgd,bskd->bkgqs", qg, k, preferred_element_type=jnp.float32)
-  logits = logits * jnp.float32(1.0 / math.sqrt(head_dim))  # [B, K, G, Lq, Lk]
-  if bias is not None:
-    logits = logits + bias.reshape((bias.shape[0], num_kv_heads, groups) + bias.shape[2:])
-  mask = attention_mask(q_slots, k_slots, causal=causal, kv_length=kv_length,
-                        q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids)
-  logits = jnp.where(mask[:, :, None], logits, _MASKED)  # mask [B|1, 1, 1, Lq, Lk]
-  probs = jax.nn.softmax(logits, axis=-1)
-  out = jnp.einsum("bkgqs,bskd->bqkgd", probs.astype(v.dtype), v,
-                   preferred_element_type=jnp.float32)
-  return out.reshape((batch, q_len, num_heads, head_dim)).astype(q.dtype)

@@ -6,7 +6,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings.randomized import randomized_positions

@@ -1,7 +1,6 @@
 """Tests for RoPE: frequencies of every scaling, the rotation, layouts and HF configs."""
 
 import json
-import math
 import pathlib
 
 from absl.testing import absltest

@@ -145,8 +145,9 @@ class AttentionTest(chex.TestCase):
     chex.assert_tree_all_finite(blockwise)
 
   def test_gradient_of_batch_shared_learned_bias(self):
-    # A [1, H, L, L] bias goes through broadcast_batch (dot-reduced gradient); a [B, H, L, L]
-    # bias does not. Both must give autodiff's gradient for the bias parameter.
+    # A [1, H, L, L] bias shared by the batch gets the batch-summed gradient (dense: in its
+    # custom VJP; blockwise: broadcast_batch), a [B, H, L, L] bias one per row. Both must give
+    # autodiff's gradient for the bias parameter.
     q, k, v = _inputs(q_len=11, k_len=11)
     positions = jnp.arange(11, dtype=jnp.int32)[None, :]
     scale = jnp.array([0.5, 1.0, 1.5, 2.0], jnp.float32)

@@ -17,7 +17,6 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
-import jax
 import ml_collections
 import numpy as np
 

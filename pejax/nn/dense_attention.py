@@ -1,0 +1,289 @@
+"""Dense softmax attention with a flash-style gradient, computed in cache-sized batch groups.
+
+Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads (GQA, H % K == 0),
+G = H // K query heads per key/value head, D head dim, g rows per batch group.
+
+The numbers are those of the textbook formula ``softmax(q k^T / sqrt(D) + bias, masked) v`` with
+float32 logits; what differs from leaving it to autodiff is where the time and memory go:
+
+* **Query chunks.** The caller passes static ``(start, end, key_end)`` chunks: a causal
+  full-sequence call splits the queries so that chunk ``i`` only sees keys ``[0, key_end_i)``,
+  and the tiles above the diagonal are never computed (:func:`pejax.nn.attention.causal_chunks`).
+* **Batch groups.** The batch is processed ``g`` rows at a time (``lax.map`` / ``lax.scan``),
+  with ``g`` chosen so that one chunk's ``[g, H, Lq_chunk, Lk]`` float32 logits stay around 1 MiB:
+  the logits, probabilities and their gradients are then produced and consumed while they are
+  still in the CPU cache instead of streaming ``[B, H, L, L]`` arrays through memory several
+  times. Measured on 2 CPU cores (B=16, L=256, 4 heads of 32, causal): forward 22 -> 13 ms.
+* **Custom gradient** (``jax.custom_vjp``). The residuals are ``q, k, v``, the output and the
+  softmax statistics (row max ``m`` and normalizer ``l``, ``[B, K, G, Lq]``), never the
+  ``[B, H, Lq, Lk]`` probabilities: memory O(L), not O(L^2). The backward pass recomputes each
+  chunk's probabilities ``p = exp(s - m) / l`` and applies the softmax gradient in one pass,
+  ``ds = p * (dp - rowsum(dout * out))`` (Dao et al. 2022). Forward + backward: 65 -> 40 ms, as
+  fast as PyTorch's fused CPU ``scaled_dot_product_attention`` on the same shapes
+  (``benchmarks/results/attention_vs_torch*.md``).
+
+Masked (query, key) pairs get the finite logit ``-1e30``, so a query that sees no key at all
+averages the values uniformly instead of producing NaN (with zero gradient for its logits).
+
+References:
+  Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
+  arXiv 2205.14135 (the recomputing backward pass).
+  Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv 1805.02867.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from pejax.nn.attention_mask import attention_mask
+
+Array = jax.Array
+
+# Finite stand-in for -inf (a fully masked row gives uniform weights instead of NaN).
+_MASKED = -1e30
+# Target size of one chunk's float32 logits for a batch group: 2**18 elements = 1 MiB.
+_GROUP_ELEMENTS = 2 ** 18
+
+
+class _Static(NamedTuple):
+  """Hashable trace-time configuration (``nondiff_argnums`` of the custom VJP)."""
+  causal: bool
+  chunks: tuple[tuple[int, int, int], ...]  # (query start, query end, key end)
+  group: int  # batch rows per group
+
+
+def group_size(batch: int, heads: int, chunk_queries: int, keys: int) -> int:
+  """Largest divisor ``g`` of ``batch`` whose ``[g, heads, chunk_queries, keys]`` logits fit 1 MiB.
+
+  Args:
+    batch: B.
+    heads: H (query heads).
+    chunk_queries: rows of the largest query chunk.
+    keys: keys of that chunk.
+
+  Returns:
+    ``g`` in ``[1, batch]``, ``batch % g == 0`` (1 when a single row already exceeds the target).
+  """
+  per_row = max(1, heads * chunk_queries * keys)
+  best = 1
+  for g in range(1, batch + 1):
+    if batch % g == 0 and g * per_row <= _GROUP_ELEMENTS:
+      best = g
+  return best
+
+
+def dense_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    bias: Optional[Array],
+    q_slots: Array,
+    k_slots: Array,
+    causal: bool,
+    chunks: tuple[tuple[int, int, int], ...],
+    kv_length: Optional[Array] = None,
+    q_segment_ids: Optional[Array] = None,
+    k_segment_ids: Optional[Array] = None,
+) -> Array:
+  """Softmax attention of ``q`` over ``k, v`` with float32 logits; see the module docstring.
+
+  Args:
+    q: ``[B, Lq, H, D]``.
+    k: ``[B, Lk, K, D]``.
+    v: ``[B, Lk, K, D]``.
+    bias: ``None`` or float ``[B | 1, H, Lq, Lk]`` added to the scaled logits (differentiable; a
+      ``[1, ...]`` bias shared by the batch receives the batch-summed gradient).
+    q_slots: int ``[Lq]`` slot of each query (causality compares slots).
+    k_slots: int ``[Lk]`` slot of each key.
+    causal: mask keys at later slots than the query.
+    chunks: static ``(start, end, key_end)`` triples covering ``[0, Lq)`` in order; queries
+      ``[start, end)`` attend to keys ``[0, key_end)`` only, which must include every key they may
+      see (``((0, Lq, Lk),)`` for no chunking).
+    kv_length: optional int scalar; keys at slots ``>= kv_length`` are masked.
+    q_segment_ids: optional int ``[B, Lq]`` (packed sequences), with ``k_segment_ids``.
+    k_segment_ids: optional int ``[B, Lk]``.
+
+  Returns:
+    ``[B, Lq, H, D]`` in ``q.dtype``.
+  """
+  batch, _, heads, _ = q.shape
+  largest = max(chunks, key=lambda c: (c[1] - c[0]) * c[2])
+  group = group_size(batch, heads, largest[1] - largest[0], largest[2])
+  static = _Static(causal=bool(causal), chunks=tuple(chunks), group=group)
+  if bias is not None:
+    bias = bias.astype(jnp.float32)
+  return _attend(static, q, k, v, bias, q_slots, k_slots, kv_length, q_segment_ids,
+                 k_segment_ids)
+
+
+# --------------------------------------------------------------------------------------------
+# One batch group.
+
+
+def _chunk_logits(static: _Static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+                  start: int, end: int, key_end: int) -> Array:
+  """Scaled, biased, masked float32 logits ``[g, K, G, end - start, key_end]`` of one chunk."""
+  g, _, heads, head_dim = q.shape
+  kv_heads = k.shape[2]
+  qg = q[:, start:end].reshape((g, end - start, kv_heads, heads // kv_heads, head_dim))
+  logits = jnp.einsum("bqkgd,bskd->bkgqs", qg, k[:, :key_end],
+                      preferred_element_type=jnp.float32)
+  logits = logits * jnp.float32(1.0 / math.sqrt(head_dim))
+  if bias is not None:
+    b = bias[:, :, start:end, :key_end]
+    logits = logits + b.reshape((b.shape[0], kv_heads, heads // kv_heads) + b.shape[2:])
+  mask = attention_mask(
+      q_slots[start:end], k_slots[:key_end], causal=static.causal, kv_length=kv_length,
+      q_segment_ids=None if q_seg is None else q_seg[:, start:end],
+      k_segment_ids=None if k_seg is None else k_seg[:, :key_end])
+  return jnp.where(mask[:, :, None], logits, _MASKED)  # mask [g|1, 1, 1, lq, lk]
+
+
+def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+  """Output ``[g, Lq, H, D]`` (float32) and softmax max / normalizer ``[g, K, G, Lq]``."""
+  g, _, heads, head_dim = q.shape
+  outs, maxes, norms = [], [], []
+  for start, end, key_end in static.chunks:
+    logits = _chunk_logits(static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+                           start, end, key_end)
+    row_max = jnp.max(logits, axis=-1, keepdims=True)
+    weights = jnp.exp(logits - row_max)
+    norm = jnp.sum(weights, axis=-1, keepdims=True)
+    out = jnp.einsum("bkgqs,bskd->bqkgd", (weights / norm).astype(v.dtype), v[:, :key_end],
+                     preferred_element_type=jnp.float32)
+    outs.append(out.reshape((g, end - start, heads, head_dim)))
+    maxes.append(row_max[..., 0])
+    norms.append(norm[..., 0])
+  cat = lambda xs, axis: xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=axis)
+  return cat(outs, 1), cat(maxes, 3), cat(norms, 3)
+
+
+def _group_backward(static: _Static, shared_bias: bool, q, k, v, bias, q_slots, k_slots,
+                    kv_length, q_seg, k_seg, out, row_max, norm, dout):
+  """Gradients of one group: ``dq, dk, dv`` and the bias gradient (batch-summed if shared)."""
+  g, q_len, heads, head_dim = q.shape
+  kv_heads = k.shape[2]
+  groups = heads // kv_heads
+  scale = jnp.float32(1.0 / math.sqrt(head_dim))
+  dout_g = dout.astype(jnp.float32).reshape((g, q_len, kv_heads, groups, head_dim))
+  # rowsum(dout * out) = rowsum(p * dp): the softmax gradient's per-row correction.
+  delta = jnp.einsum("bqkgd,bqkgd->bkgq", dout_g,
+                     out.astype(jnp.float32).reshape(dout_g.shape))
+  q_g = q.reshape((g, q_len, kv_heads, groups, head_dim))
+  dq_chunks = []
+  dk = jnp.zeros(k.shape, jnp.float32)
+  dv = jnp.zeros(v.shape, jnp.float32)
+  dbias = None if bias is None else jnp.zeros(
+      ((1,) if shared_bias else (g,)) + bias.shape[1:], jnp.float32)
+  for start, end, key_end in static.chunks:
+    logits = _chunk_logits(static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+                           start, end, key_end)
+    probs = (jnp.exp(logits - row_max[..., start:end, None])
+             / norm[..., start:end, None])  # [g, K, G, lq, lk]
+    dout_c = dout_g[:, start:end]
+    dv = dv.at[:, :key_end].add(jnp.einsum("bkgqs,bqkgd->bskd", probs, dout_c))
+    dprobs = jnp.einsum("bqkgd,bskd->bkgqs", dout_c, v[:, :key_end],
+                        preferred_element_type=jnp.float32)
+    # Gradient of the biased logits. Masked entries have probability 0, except in rows that see
+    # no key at all (max = the mask value): there the uniform weights do not depend on the
+    # logits, whose gradient is 0.
+    seen = row_max[..., start:end, None] > _MASKED / 2
+    dlogits = jnp.where(seen, probs * (dprobs - delta[..., start:end, None]), 0.0)
+    if dbias is not None:
+      d = dlogits.reshape((g, heads, end - start, key_end))
+      if shared_bias:  # Sum over the group's rows as a product (a dot, not a reduce fusion).
+        d = jnp.einsum("b...,b->...", d, jnp.ones((g,), jnp.float32))[None]
+      dbias = dbias.at[:, :, start:end, :key_end].add(d)
+    dscaled = dlogits * scale
+    dq_chunks.append(jnp.einsum("bkgqs,bskd->bqkgd", dscaled, k[:, :key_end],
+                                preferred_element_type=jnp.float32))
+    dk = dk.at[:, :key_end].add(jnp.einsum("bkgqs,bqkgd->bskd", dscaled, q_g[:, start:end],
+                                           preferred_element_type=jnp.float32))
+  dq = dq_chunks[0] if len(dq_chunks) == 1 else jnp.concatenate(dq_chunks, axis=1)
+  return dq.reshape(q.shape), dk, dv, dbias
+
+
+# --------------------------------------------------------------------------------------------
+# Batch grouping and the custom VJP.
+
+
+def _split(x: Optional[Array], group: int) -> Optional[Array]:
+  """``[B, ...] -> [B // group, group, ...]``."""
+  return None if x is None else x.reshape((x.shape[0] // group, group) + x.shape[1:])
+
+
+def _merge(x: Optional[Array]) -> Optional[Array]:
+  return None if x is None else x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+
+def _batched_bias(bias: Optional[Array], batch: int) -> bool:
+  return bias is not None and bias.shape[0] == batch and batch > 1
+
+
+def _forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+  """Forward over all groups: output ``[B, Lq, H, D]`` (float32), max and normalizer."""
+  batch = q.shape[0]
+  shared = (q_slots, k_slots, kv_length)
+  per_row_bias = _batched_bias(bias, batch)
+  if static.group == batch:
+    return _group_forward(static, q, k, v, bias, *shared, q_seg, k_seg)
+
+  def one_group(xs):
+    q_, k_, v_, b_, qs_, ks_ = xs
+    return _group_forward(static, q_, k_, v_, b_ if per_row_bias else bias, *shared, qs_, ks_)
+
+  xs = tuple(_split(x, static.group) for x in (
+      q, k, v, bias if per_row_bias else None, q_seg, k_seg))
+  return tuple(_merge(y) for y in jax.lax.map(one_group, xs))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attend(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+  out = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg)[0]
+  return out.astype(q.dtype)
+
+
+def _attend_fwd(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+  out, row_max, norm = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg)
+  out = out.astype(q.dtype)
+  return out, (q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, out, row_max, norm)
+
+
+def _attend_bwd(static: _Static, residuals, dout):
+  q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, out, row_max, norm = residuals
+  batch = q.shape[0]
+  per_row_bias = _batched_bias(bias, batch)
+  shared_bias = bias is not None and not per_row_bias
+  shared = (q_slots, k_slots, kv_length)
+  if static.group == batch:
+    dq, dk, dv, dbias = _group_backward(static, shared_bias, q, k, v, bias, *shared, q_seg,
+                                        k_seg, out, row_max, norm, dout)
+  else:
+    def one_group(dbias_sum, xs):
+      q_, k_, v_, b_, qs_, ks_, o_, m_, n_, do_ = xs
+      dq_, dk_, dv_, db_ = _group_backward(
+          static, shared_bias, q_, k_, v_, b_ if per_row_bias else bias, *shared, qs_, ks_,
+          o_, m_, n_, do_)
+      if shared_bias:
+        return dbias_sum + db_, (dq_, dk_, dv_, None)
+      return dbias_sum, (dq_, dk_, dv_, db_)
+
+    xs = tuple(_split(x, static.group) for x in (
+        q, k, v, bias if per_row_bias else None, q_seg, k_seg, out, row_max, norm, dout))
+    init = jnp.zeros(bias.shape, jnp.float32) if shared_bias else None
+    dbias_sum, ys = jax.lax.scan(one_group, init, xs)
+    dq, dk, dv, dbias_rows = (_merge(y) for y in ys)
+    dbias = dbias_sum if shared_bias else dbias_rows
+  if dbias is not None:
+    dbias = dbias.astype(bias.dtype)
+  return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dbias,
+          None, None, None, None, None)
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
