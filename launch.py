@@ -34,6 +34,7 @@ from ml_collections import config_flags
 import experiments
 from experiments import study_report
 from pejax import experiment_config
+from pejax import runtime_env
 from pejax.nn import pe_names
 from pejax.train import experiment
 
@@ -184,4 +185,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   app.run(main)

@@ -29,6 +29,7 @@ from absl import app
 import ml_collections
 
 from experiments import study_report
+from pejax import runtime_env
 
 STUDY = "extrapolation"
 PES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -363,5 +364,6 @@ main = study_report.study_main(run)
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_report.define_flags()
   app.run(main)

@@ -39,6 +39,7 @@ from scipy import stats
 
 from experiments import study_report
 from pejax import encodings as pe_lib
+from pejax import runtime_env
 
 STUDY = "gallery"
 
@@ -398,7 +399,7 @@ def t5_figure(s: GallerySettings, out: pathlib.Path, *, num_buckets: int = 32,
   axes[0].step(rel, both, where="mid", label="bidirectional", linewidth=1)
   axes[0].step(rel, causal, where="mid", label="causal", linewidth=1)
   axes[0].axvline(-max_distance, color="gray", linestyle=":")
-  axes[0].axvline(max_distance, color="gray", linestyle=":", label=f"+-max_distance")
+  axes[0].axvline(max_distance, color="gray", linestyle=":", label="+-max_distance")
   axes[0].set_xlabel("relative position (key - query)")
   axes[0].set_ylabel("bucket")
   axes[0].set_title(f"T5 buckets (num_buckets {num_buckets}, max_distance {max_distance})")
@@ -616,5 +617,6 @@ main = study_report.study_main(run)
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_report.define_flags()
   app.run(main)

@@ -43,6 +43,7 @@ import ml_collections
 import numpy as np
 
 from experiments import study_report
+from pejax import runtime_env
 
 STUDY = "length_generalization"
 TASKS = ("copy", "reverse")
@@ -415,7 +416,7 @@ def _cell(spread: Mapping[str, Any], digits: int = 2) -> str:
 def results_table(summary: Mapping[str, Any], losses: Mapping[str, Sequence[Optional[float]]]
                   ) -> tuple[List[str], List[List[str]]]:
   """Header and rows of one task's table (median [min-max] over seeds)."""
-  header = ["variant", "final train loss", f"in-dist exact match", "seeds fit",
+  header = ["variant", "final train loss", "in-dist exact match", "seeds fit",
             "OOD (L, 4L]"] + [f"OOD ({lo}L, {hi}L]" for lo, hi in BANDS] + [
                 f"solved up to size (>= {REACH_LEVEL:g})"]
   rows = []
@@ -643,5 +644,6 @@ main = study_report.study_main(run)
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_report.define_flags()
   app.run(main)

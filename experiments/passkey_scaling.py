@@ -32,6 +32,7 @@ import ml_collections
 
 from experiments import context_extension
 from experiments import study_report
+from pejax import runtime_env
 
 STUDY = "passkey_scaling"
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
@@ -288,5 +289,6 @@ main = study_report.study_main(run)
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_report.define_flags()
   app.run(main)

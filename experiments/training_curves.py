@@ -23,6 +23,7 @@ from absl import app
 
 from experiments import extrapolation
 from experiments import study_report
+from pejax import runtime_env
 
 STUDY = "training_curves"
 PES = ("sinusoidal", "rope", "alibi")
@@ -162,5 +163,6 @@ main = study_report.study_main(run)
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_report.define_flags()
   app.run(main)

@@ -38,8 +38,12 @@ def _tiny_config(workdir, **overrides):
   return config
 
 
-def _run_launch(*args, timeout=300):
+def _run_launch(*args, timeout=300, reexec=True):
+  """Runs launch.py; ``reexec=False`` skips its allocator re-execution (usage-error tests)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("PEJAX_RUNTIME_ENV_APPLIED", None)
+  if not reexec:
+    env["PEJAX_NO_RUNTIME_ENV"] = "1"
   return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
@@ -80,13 +84,13 @@ class LaunchTest(absltest.TestCase):
     for args, expected in ((["--pe=foo"], "alibi"), (["--rope_scaling=magic"], "yarn"),
                            (["--steps=0"], "steps"), (["--eval_mode=both,sliding"], "nonoverlap"),
                            (["--eval_lens=64,abc", "--steps=1"], "eval_lens")):
-      proc = _run_launch(*args, timeout=120)
+      proc = _run_launch(*args, timeout=120, reexec=False)
       self.assertNotEqual(proc.returncode, 0, args)
       self.assertIn(expected, proc.stderr, args)
       self.assertNotIn("Traceback", proc.stderr, args)
 
   def test_bad_data_name_is_a_usage_error(self):
-    proc = _run_launch("--data=/no/such/corpus", "--steps=1", timeout=120)
+    proc = _run_launch("--data=/no/such/corpus", "--steps=1", timeout=120, reexec=False)
     self.assertNotEqual(proc.returncode, 0)
     self.assertIn("stdlib", proc.stderr)
     self.assertNotIn("Traceback", proc.stderr)

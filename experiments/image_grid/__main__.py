@@ -22,6 +22,7 @@ import jax
 from experiments.image_grid import report
 from experiments.image_grid import study
 from experiments.image_grid import vit
+from pejax import runtime_env
 
 _QUICK = flags.DEFINE_bool("quick", False, "One seed and few steps (about a minute on 2 CPUs).")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/image_grid", "Output directory.")
@@ -75,4 +76,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   app.run(main)

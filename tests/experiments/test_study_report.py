@@ -122,7 +122,7 @@ class LaunchStudyFlagTest(absltest.TestCase):
 
   def test_usage_errors(self):
     root = pathlib.Path(__file__).resolve().parents[2]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PEJAX_NO_RUNTIME_ENV="1")  # No allocator re-exec.
     for args, message in (
         (["--study=nope"], "--study must be one of .*extrapolation"),
         (["--study=extrapolation", "--pe=rope"], "does not take --pe"),
