@@ -31,10 +31,11 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 BENCHMARKS = {
     "train_throughput": (
         "benchmarks.train_throughput",
-        ["--variants", "pejax,pejax+hugetlb,pejax+nommap,pejax+chunks,torch,torch+passive,"
-         "torch+hugetlb+passive,torch.compile+passive", "--baseline", "torch+passive",
+        ["--variants", "pejax,pejax+launch,pejax+hugetlb,pejax+arena1+hugetlb,torch,"
+         "torch+passive,torch.compile+passive", "--baseline", "torch+passive",
          "--rounds", "6", "--steps", "3"],
-        ["--variants", "pejax,torch+passive", "--baseline", "torch+passive", "--rounds", "2",
+        ["--variants", "pejax,pejax+launch,torch+passive", "--baseline", "torch+passive",
+         "--rounds", "2",
          "--steps", "1",
          "--layers", "1", "--batch", "4", "--length", "64"],
         True),
@@ -73,8 +74,7 @@ def _fmt(x, digits=2):
 def targets() -> list[dict]:
   """One dict per target: name, goal, measured wall / CPU ratios, met."""
   out = []
-  for stem in ("train_throughput", "train_throughput_allocator", "train_throughput_lowload",
-               "train_throughput_chunks"):
+  for stem in ("train_throughput",):  # The other train_throughput_*.md are earlier studies.
     tt = _load(stem)
     if not tt:
       continue

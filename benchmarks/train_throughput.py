@@ -43,21 +43,31 @@ import sys
 import tempfile
 import time
 
+from pejax.runtime_env import ALLOCATOR_TUNABLES
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = pathlib.Path(__file__).parent / "results"
 HUGE = "glibc.malloc.hugetlb=1"
 # No mmap for large blocks, no trimming: freed buffers are reused from the heap, never re-faulted.
 NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+# The same in a single arena: XLA's worker threads otherwise allocate from per-thread arenas, whose
+# freed tops glibc hands back to the kernel (and faults in again on the next step).
+ARENA1 = "glibc.malloc.arena_max=1:" + NOMMAP
+# What launch.py and the studies apply (pejax.runtime_env).
+LAUNCH = ":".join(f"{k}={v}" for k, v in ALLOCATOR_TUNABLES.items())
 
 # name -> (framework, extra environment, options)
 VARIANTS = {
     "pejax": ("pejax", {}, {}),
+    "pejax+launch": ("pejax", {"GLIBC_TUNABLES": LAUNCH}, {}),
     "pejax+hugetlb": ("pejax", {"GLIBC_TUNABLES": HUGE}, {}),
     "pejax+hugetlb+nochunks": ("pejax", {"GLIBC_TUNABLES": HUGE}, {"chunk_from": 2**31}),
     "pejax+hugetlb+chunks": ("pejax", {"GLIBC_TUNABLES": HUGE}, {"chunk_from": 128}),
     "pejax+nochunks": ("pejax", {}, {"chunk_from": 2**31}),
     "pejax+chunks": ("pejax", {}, {"chunk_from": 128}),
     "pejax+nommap": ("pejax", {"GLIBC_TUNABLES": NOMMAP}, {}),
+    "pejax+arena1": ("pejax", {"GLIBC_TUNABLES": ARENA1}, {}),
+    "pejax+arena1+hugetlb": ("pejax", {"GLIBC_TUNABLES": ARENA1 + ":" + HUGE}, {}),
     "pejax+hugetlb+blockwise": ("pejax", {"GLIBC_TUNABLES": HUGE}, {"attention": "blockwise"}),
     "torch": ("torch", {}, {}),
     "torch+hugetlb": ("torch", {"GLIBC_TUNABLES": HUGE}, {}),
@@ -67,7 +77,7 @@ VARIANTS = {
     "torch.compile+passive": ("torch", {"OMP_WAIT_POLICY": "PASSIVE"}, {"compile": True}),
     "torch.compile+hugetlb": ("torch", {"GLIBC_TUNABLES": HUGE}, {"compile": True}),
 }
-DEFAULT_VARIANTS = "pejax,pejax+hugetlb,pejax+nommap,torch,torch+hugetlb+passive"
+DEFAULT_VARIANTS = "pejax,pejax+launch,pejax+hugetlb,torch,torch+passive"
 
 OPTIM = dict(learning_rate=3e-3, warmup_steps=2, min_lr_ratio=0.1, weight_decay=0.1, b1=0.9,
              b2=0.98, clip_norm=1.0)
