@@ -4,6 +4,7 @@ from pejax.nn.attention import attention
 from pejax.nn.attention import choose_implementation
 from pejax.nn.attention_mask import attention_mask
 from pejax.nn.blockwise_attention import blockwise_attention
+from pejax.nn.dense_attention import dense_attention
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
@@ -22,6 +23,7 @@ from pejax.nn.positional import get_pe_class
 from pejax.nn.positional import pe_names
 from pejax.nn.positional import register_pe
 from pejax.nn.self_attention import SelfAttention
+from pejax.nn.token_linear import TokenLinear
 
 __all__ = [
     "AlibiPE",
@@ -37,11 +39,13 @@ __all__ = [
     "SelfAttention",
     "SinusoidalPE",
     "T5BiasPE",
+    "TokenLinear",
     "attention",
     "attention_mask",
     "blockwise_attention",
     "build_pe",
     "choose_implementation",
+    "dense_attention",
     "get_pe_class",
     "init_kv_cache",
     "pe_names",

@@ -222,6 +222,17 @@ def _merge(x: Optional[Array]) -> Optional[Array]:
   return None if x is None else x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
 
+def _group_bias(bias: Optional[Array], per_row: bool, index, group: int) -> Optional[Array]:
+  """The bias rows of batch group ``index`` (a per-row bias), else the bias itself.
+
+  Sliced inside the loop rather than split into the loop's inputs: a bias computed in another
+  layout (heads before batch) would otherwise be copied whole into the split layout first.
+  """
+  if not per_row:
+    return bias
+  return jax.lax.dynamic_slice_in_dim(bias, index * group, group, axis=0)
+
+
 def _batched_bias(bias: Optional[Array], batch: int) -> bool:
   return bias is not None and bias.shape[0] == batch and batch > 1
 
@@ -235,11 +246,12 @@ def _forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg,
     return _group_forward(static, q, k, v, bias, *shared, q_seg, k_seg)
 
   def one_group(xs):
-    q_, k_, v_, b_, qs_, ks_ = xs
-    return _group_forward(static, q_, k_, v_, b_ if per_row_bias else bias, *shared, qs_, ks_)
+    index, q_, k_, v_, qs_, ks_ = xs
+    return _group_forward(static, q_, k_, v_, _group_bias(bias, per_row_bias, index, static.group),
+                          *shared, qs_, ks_)
 
-  xs = tuple(_split(x, static.group) for x in (
-      q, k, v, bias if per_row_bias else None, q_seg, k_seg))
+  xs = (jnp.arange(batch // static.group),) + tuple(
+      _split(x, static.group) for x in (q, k, v, q_seg, k_seg))
   return tuple(_merge(y) for y in jax.lax.map(one_group, xs))
 
 
@@ -266,16 +278,16 @@ def _attend_bwd(static: _Static, residuals, dout):
                                         k_seg, out, row_max, norm, dout)
   else:
     def one_group(dbias_sum, xs):
-      q_, k_, v_, b_, qs_, ks_, o_, m_, n_, do_ = xs
+      index, q_, k_, v_, qs_, ks_, o_, m_, n_, do_ = xs
       dq_, dk_, dv_, db_ = _group_backward(
-          static, shared_bias, q_, k_, v_, b_ if per_row_bias else bias, *shared, qs_, ks_,
-          o_, m_, n_, do_)
+          static, shared_bias, q_, k_, v_, _group_bias(bias, per_row_bias, index, static.group),
+          *shared, qs_, ks_, o_, m_, n_, do_)
       if shared_bias:
         return dbias_sum + db_, (dq_, dk_, dv_, None)
       return dbias_sum, (dq_, dk_, dv_, db_)
 
-    xs = tuple(_split(x, static.group) for x in (
-        q, k, v, bias if per_row_bias else None, q_seg, k_seg, out, row_max, norm, dout))
+    xs = (jnp.arange(batch // static.group),) + tuple(_split(x, static.group) for x in (
+        q, k, v, q_seg, k_seg, out, row_max, norm, dout))
     init = jnp.zeros(bias.shape, jnp.float32) if shared_bias else None
     dbias_sum, ys = jax.lax.scan(one_group, init, xs)
     dq, dk, dv, dbias_rows = (_merge(y) for y in ys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from unittest import mock
 
@@ -12,10 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pejax.nn import dense_attention as dense_module
 from pejax.nn.attention import causal_chunks
 from pejax.nn.attention_mask import attention_mask
 from pejax.nn.dense_attention import dense_attention, group_size
+
+# The module (pejax.nn re-exports the function under the same name).
+dense_module = importlib.import_module("pejax.nn.dense_attention")
 
 
 def _plain_attention(q, k, v, *, bias, q_slots, k_slots, causal, kv_length, q_seg, k_seg):
