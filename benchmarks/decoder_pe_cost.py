@@ -37,7 +37,8 @@ import optax
 from pejax.nn import Decoder, DecoderConfig
 
 VARIANTS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
-TARGETS = {"rope": 1.10, "alibi": 1.10, "sinusoidal": 1.10, "t5": 1.15}
+# The performance issue's target: every PE within 5% of a NoPE step (t5 included).
+TARGETS = {"sinusoidal": 1.05, "learned": 1.05, "rope": 1.05, "alibi": 1.05, "t5": 1.05}
 
 
 def _loss(model: Decoder, tokens: jax.Array) -> jax.Array:

@@ -2,7 +2,7 @@
 
 Usage (from the repository root, PyTorch from the optional ``bench`` extra)::
 
-  python -m benchmarks.run_all            # full run (about an hour on 2 loaded CPU cores)
+  python -m benchmarks.run_all            # full run (about 15 minutes on 2 quiet CPU cores)
   python -m benchmarks.run_all --quick    # reduced sizes (smoke test; overwrites results/)
   python -m benchmarks.run_all --only train_throughput,attention_vs_torch
 
