@@ -112,7 +112,20 @@ def dense_attention(
   Returns:
     ``[B, Lq, H, D]`` in ``q.dtype``.
   """
-  batch, _, heads, _ = q.shape
+  batch, q_len, heads, _ = q.shape
+  chunks = tuple(tuple(int(x) for x in c) for c in chunks)
+  starts = [c[0] for c in chunks]
+  ends = [c[1] for c in chunks]
+  if (not chunks or starts[0] != 0 or ends[-1] != q_len or starts[1:] != ends[:-1]
+      or any(not 0 <= start < end for start, end, _ in chunks)
+      or any(not 0 < key_end <= k.shape[1] for _, _, key_end in chunks)):
+    raise ValueError(
+        f"chunks must be (start, end, key_end) triples covering [0, {q_len}) in order with "
+        f"0 < key_end <= {k.shape[1]}, got {chunks}")
+  if bias is not None and (bias.ndim != 4 or bias.shape[0] not in (1, batch)
+                           or bias.shape[1:] != (heads, q_len, k.shape[1])):
+    raise ValueError(
+        f"bias must have shape [1 or {batch}, {heads}, {q_len}, {k.shape[1]}], got {bias.shape}")
   largest = max(chunks, key=lambda c: (c[1] - c[0]) * c[2])
   group = group_size(batch, heads, largest[1] - largest[0], largest[2])
   static = _Static(causal=bool(causal), chunks=tuple(chunks), group=group)

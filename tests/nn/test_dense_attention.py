@@ -124,6 +124,17 @@ class DenseAttentionGradientTest(parameterized.TestCase):
     self.assertEqual([g.dtype for g in grads], [jnp.bfloat16] * 3)
     chex.assert_tree_all_finite(grads)
 
+  def test_bad_chunks_and_bias_are_named(self):
+    q, k, v, bias, _ = _case(2, 6, 6, 2, 2)
+    slots = jnp.arange(6, dtype=jnp.int32)
+    call = lambda chunks, bias=None: dense_attention(
+        q, k, v, bias=bias, q_slots=slots, k_slots=slots, causal=True, chunks=chunks)
+    for chunks in (((0, 4, 4),), ((0, 3, 3), (2, 6, 6)), ((0, 6, 7),), ()):
+      with self.assertRaisesRegex(ValueError, r"chunks must be .*got"):
+        call(chunks)
+    with self.assertRaisesRegex(ValueError, r"bias must have shape \[1 or 2, 2, 6, 6\]"):
+      call(((0, 6, 6),), bias[:, :, :5])
+
   def test_residuals_grow_linearly_with_length(self):
     # The backward pass keeps q, k, v, the output and per-row statistics, never [L, L] arrays:
     # doubling the length doubles what the VJP closure holds.
