@@ -168,15 +168,24 @@ def _tile_kind(static: _Static, i, j, q_offset, valid_keys):
   return jnp.where(needed, jnp.where(full, 1, 2), 0)
 
 
-def _tile_logits(static: _Static, masked: bool, i, j, q_tile, k_tile, q_pos, k_pos, q_seg, k_seg,
-                 q_offset, valid_keys, consts):
-  """Float32 logits ``[B, K, G, bq, bk]`` of one tile and its mask (``None`` if unmasked)."""
-  batch, _, num_kv_heads, groups, _ = q_tile.shape
+def _tile_bias(static: _Static, q_pos, k_pos, consts) -> Optional[Array]:
+  """Float32 bias ``[B|1, H, bq, bk]`` of one tile, or ``None`` without a bias function."""
+  if static.bias_fn is None:
+    return None
+  return static.bias_fn(q_pos, k_pos, *consts).astype(jnp.float32)
+
+
+def _tile_logits(static: _Static, masked: bool, i, j, q_tile, k_tile, bias, q_seg, k_seg,
+                 q_offset, valid_keys):
+  """Float32 logits ``[B, K, G, bq, bk]`` of one tile and its mask (``None`` if unmasked).
+
+  ``bias`` is the tile's :func:`_tile_bias` (``None`` for no bias).
+  """
+  _, _, num_kv_heads, groups, _ = q_tile.shape
   logits = jnp.einsum("bqkgd,bskd->bkgqs", q_tile, k_tile, preferred_element_type=jnp.float32)
   if not static.prescaled:
     logits = logits * jnp.float32(1.0 / math.sqrt(static.head_dim))
-  if static.bias_fn is not None:
-    bias = static.bias_fn(q_pos, k_pos, *consts).astype(jnp.float32)  # [B|1, H, bq, bk]
+  if bias is not None:
     logits = logits + bias.reshape((bias.shape[0], num_kv_heads, groups) + bias.shape[2:])
   if not masked:
     return logits, None
@@ -184,7 +193,6 @@ def _tile_logits(static: _Static, masked: bool, i, j, q_tile, k_tile, q_pos, k_p
   k_slots = j * static.bk + jnp.arange(static.bk, dtype=jnp.int32)
   mask = attention_mask(q_slots, k_slots, causal=static.causal, kv_length=valid_keys,
                         q_segment_ids=q_seg, k_segment_ids=k_seg)[:, :, None]  # [B|1,1,1,..]
-  del batch
   return jnp.where(mask, logits, _MASKED), mask
 
 
@@ -196,8 +204,9 @@ def _forward(static: _Static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles,
 
   def tile_update(masked, carry, i, j, q_tile, k_tile, v_tile, q_pos, k_pos, q_seg, k_seg):
     running_max, normalizer, out = carry
-    logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile, q_pos, k_pos, q_seg, k_seg,
-                                q_offset, valid_keys, consts)
+    logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile,
+                                _tile_bias(static, q_pos, k_pos, consts), q_seg, k_seg,
+                                q_offset, valid_keys)
     new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
     probs = jnp.exp(logits - new_max[..., None])
     if masked:
@@ -276,8 +285,18 @@ def _flash_bwd(static: _Static, residuals, dout):
 
   def tile_grads(masked, i, j, q_tile, k_tile, v_tile, q_pos, k_pos, q_seg, k_seg, do_tile,
                  m_tile, inv_tile, delta_tile):
-    logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile, q_pos, k_pos, q_seg,
-                                k_seg, q_offset, valid_keys, consts)
+    bias_vjp = None
+    if static.bias_fn is not None and float_consts:
+      def bias_of(*fc):
+        it = iter(fc)
+        return _tile_bias(static, q_pos, k_pos,
+                          [next(it) if f else c for c, f in zip(consts, is_float)])
+      # One evaluation of the bias serves the logits and the gradient of its parameters.
+      bias, bias_vjp = jax.vjp(bias_of, *float_consts)
+    else:
+      bias = _tile_bias(static, q_pos, k_pos, consts)
+    logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile, bias, q_seg, k_seg,
+                                q_offset, valid_keys)
     probs = jnp.exp(logits - m_tile[..., None]) * inv_tile[..., None]  # [B, K, G, bq, bk]
     if masked:
       probs = jnp.where(mask, probs, 0.0)
@@ -285,16 +304,11 @@ def _flash_bwd(static: _Static, residuals, dout):
     dprobs = jnp.einsum("bqkgd,bskd->bkgqs", do_tile, v_tile, preferred_element_type=jnp.float32)
     dlogits = probs * (dprobs - delta_tile[..., None])
     dconsts = []
-    if static.bias_fn is not None and float_consts:
-      def bias_of(*fc):
-        it = iter(fc)
-        full = [next(it) if f else c for c, f in zip(consts, is_float)]
-        return static.bias_fn(q_pos, k_pos, *full).astype(jnp.float32)
-      bias_shape = jax.eval_shape(bias_of, *float_consts).shape
+    if bias_vjp is not None:
       dbias = dlogits.reshape((batch, num_heads) + dlogits.shape[3:])
-      if bias_shape[0] == 1 and batch > 1:  # Batch-shared bias: sum the rows with a dot.
+      if bias.shape[0] == 1 and batch > 1:  # Batch-shared bias: sum the rows with a dot.
         dbias = jnp.einsum("b...,b->...", dbias, jnp.ones((batch,), jnp.float32))[None]
-      dconsts = [d.astype(jnp.float32) for d in jax.vjp(bias_of, *float_consts)[1](dbias)]
+      dconsts = [d.astype(jnp.float32) for d in bias_vjp(dbias)]
     dscaled = dlogits * scale
     dq = jnp.einsum("bkgqs,bskd->bqkgd", dscaled, k_tile, preferred_element_type=jnp.float32)
     dk = jnp.einsum("bkgqs,bqkgd->bskd", dscaled, q_tile, preferred_element_type=jnp.float32)
