@@ -213,6 +213,9 @@ def train(
       restored = checkpointer.restore(model, optimizer, step=latest)
       _set_data_state(train_iter, restored.data_state)
       start_step = restored.step
+      for bad in restored.skipped:
+        log_fn(f"WARNING: checkpoint step {bad} in {checkpointer.directory} is unreadable (moved"
+               f" to {bad}.unreadable); falling back to the previous committed step {start_step}")
       log_fn(f"resumed from checkpoint step {start_step} in {checkpointer.directory}")
     last_checkpoint_step = latest
 

@@ -183,6 +183,55 @@ class CheckpointerTest(parameterized.TestCase):
           r" current model has float32\[16, 12\]"):
         checkpointer.restore(bigger, bigger_optimizer)
 
+  def test_restore_without_config_checks_the_models_own_config(self):
+    # A RoPE checkpoint has the same variables as an ALiBi decoder: only the PE tells them apart.
+    from pejax.nn import Decoder, DecoderConfig  # pylint: disable=g-import-not-at-top
+    config = _config(d_model=16)
+    config.model.num_layers, config.model.num_heads = 1, 2
+    small = dict(vocab_size=16, num_layers=1, d_model=16, num_heads=2)
+    rope = Decoder(DecoderConfig(pe="rope", **small), rngs=nnx.Rngs(0))
+    rope_optimizer = optimizer_lib.create_optimizer(rope, config.optim, total_steps=10)
+    with checkpoint_lib.Checkpointer(self.directory, config=config) as checkpointer:
+      checkpointer.save(1, model=rope, optimizer=rope_optimizer)
+    alibi = Decoder(DecoderConfig(pe="alibi", **small), rngs=nnx.Rngs(1))
+    with checkpoint_lib.Checkpointer(self.directory) as checkpointer:  # config=None.
+      with self.assertRaisesRegex(
+          ValueError, r"pe\.name: checkpoint has 'rope', current model has 'alibi'"):
+        checkpointer.restore(alibi)
+      wide = Decoder(DecoderConfig(pe="rope", **{**small, "d_model": 32}), rngs=nnx.Rngs(1))
+      with self.assertRaisesRegex(ValueError, r"model\.d_model: checkpoint has 16"):
+        checkpointer.restore(wide)
+      same = Decoder(DecoderConfig(pe="rope", **small), rngs=nnx.Rngs(1))
+      self.assertEqual(checkpointer.restore(same).step, 1)
+    _assert_same_state(self, rope, same)
+
+  def test_corrupt_newest_checkpoint_falls_back_with_a_warning(self):
+    config = _config()
+    model, optimizer = _build(config)
+    with checkpoint_lib.Checkpointer(self.directory, config=config) as checkpointer:
+      checkpointer.save(1, model=model, optimizer=optimizer, data_state={"step": 1})
+      checkpointer.wait_until_finished()
+      _train(model, optimizer, 1)
+      checkpointer.save(2, model=model, optimizer=optimizer, data_state={"step": 2})
+    # Truncate every file of step 2's model item (what an independent check did by hand).
+    for root, _, files in os.walk(os.path.join(self.directory, "2", "model")):
+      for name in files:
+        with open(os.path.join(root, name), "r+b") as f:
+          f.truncate(max(0, os.path.getsize(os.path.join(root, name)) // 3))
+    fresh, fresh_optimizer = _build(config, seed=5)
+    with checkpoint_lib.Checkpointer(self.directory, config=config) as checkpointer:
+      with self.assertLogs(level="WARNING") as logs:
+        restored = checkpointer.restore(fresh, fresh_optimizer)
+      self.assertEqual(checkpointer.all_steps(), [1])  # Step 2 moved aside: it can be redone.
+    self.assertEqual((restored.step, restored.skipped), (1, (2,)))
+    self.assertEqual(restored.data_state, {"step": 1})
+    self.assertRegex("\n".join(logs.output),
+                     r"checkpoint step 2 in .* is unreadable .*previous committed checkpoint "
+                     r"step 1")
+    self.assertTrue(os.path.isdir(os.path.join(self.directory, "2.unreadable")))
+    expected, _ = _build(config)
+    _assert_same_state(self, expected, fresh)
+
   def test_missing_checkpoint(self):
     model, optimizer = _build(_config())
     with checkpoint_lib.Checkpointer(self.directory) as checkpointer:
