@@ -140,7 +140,8 @@ def apply_axial_rope(x: jax.Array, positions: Any, *, base: float = 10000.0,
     split: rotated dims per axis (default: equal, see :func:`axial_split`); the head dims past
       ``sum(split)`` pass through.
     layout: ``"half"`` or ``"interleaved"`` (see :mod:`pejax.encodings.rope`).
-    attention_factor: multiplies cos and sin (logits scale by its square).
+    attention_factor: multiplies cos and sin (logits scale by its square). Finite and > 0: a concrete bad value
+      raises ``ValueError``, a traced one (under ``jax.jit``) makes the output NaN.
 
   Returns:
     ``[..., N, H, D]`` in ``x.dtype``.

@@ -169,7 +169,8 @@ def apply_mrope(x: jax.Array, position_ids: Any, inv_freq: jax.Array, *,
     inv_freq: float32 ``[P]`` from :func:`pejax.encodings.rope.rope_inv_freq`.
     mrope_section: S ints summing to P (``[16, 24, 24]`` for Qwen2-VL, head_dim 128).
     layout: ``"half"`` (Qwen2-VL / HF) or ``"interleaved"``.
-    attention_factor: multiplies cos and sin.
+    attention_factor: multiplies cos and sin. Finite and > 0: a concrete bad value
+      raises ``ValueError``, a traced one (under ``jax.jit``) makes the output NaN.
 
   Returns:
     ``[..., L, H, D]`` in ``x.dtype``; with equal rows in ``position_ids`` this is exactly

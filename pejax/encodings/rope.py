@@ -293,6 +293,26 @@ def _angles_for(x: Array, angles: Array, per_head: bool) -> Array:
   return angles.astype(jnp.float32)
 
 
+def check_attention_factor(attention_factor) -> Array:
+  """``attention_factor`` as a float32 scalar: concrete values must be finite and > 0.
+
+  A concrete NaN, inf, zero or negative factor raises ``ValueError`` (zero would silently return
+  zeros, NaN a NaN rotation). A traced factor (a ``jax.jit`` argument) cannot raise: a bad one
+  becomes NaN, so the rotation is NaN, never a finite wrong number (the library's poison
+  policy). A valid traced factor costs one scalar select.
+  """
+  if isinstance(attention_factor, jax.core.Tracer):
+    if jnp.ndim(attention_factor) != 0:
+      raise ValueError(
+          f"attention_factor must be a scalar, got shape {jnp.shape(attention_factor)}")
+    factor = attention_factor.astype(jnp.float32)
+    return jnp.where(jnp.isfinite(factor) & (factor > 0), factor, jnp.float32(jnp.nan))
+  if np.ndim(attention_factor) != 0:
+    raise ValueError(
+        f"attention_factor must be a scalar, got shape {np.shape(attention_factor)}")
+  return jnp.float32(arg_checks.check_positive_float("attention_factor", attention_factor))
+
+
 def _materialized(tables):
   """Returns ``tables`` unchanged, computed once instead of inside the consumer's fusion.
 
@@ -323,17 +343,18 @@ def rotate_with_angles(x: Array, angles: Array, *, layout: str, attention_factor
     layout: ``"half"`` (pairs ``i, i + R/2``, rotate-half form) or ``"interleaved"`` (pairs
       ``2i, 2i+1``, complex-number form).
     attention_factor: multiplies both cos and sin, so q.k logits scale by its square (HF's
-      ``attention_scaling``; YaRN / LongRoPE).
+      ``attention_scaling``; YaRN / LongRoPE). Finite and > 0: a concrete bad value raises
+      ``ValueError``; a traced one (under ``jax.jit``) makes the output NaN.
     per_head: whether ``angles`` carry a heads axis.
 
   Returns:
     ``[..., L, H, D]`` in ``x.dtype``: the first ``R`` dims rotated, the rest unchanged.
   """
   arg_checks.check_choice("layout", layout, LAYOUTS)
+  factor = check_attention_factor(attention_factor)
   angles = _angles_for(x, angles, per_head)
   half = angles.shape[-1]
   rotated = 2 * half
-  factor = jnp.float32(attention_factor)
   cos, sin = _materialized((jnp.cos(angles) * factor, jnp.sin(angles) * factor))
   rotation = jax.lax.complex(cos, sin)  # One table, broadcast over batch and heads.
   xr = x[..., :rotated].astype(jnp.float32)
@@ -363,7 +384,8 @@ def apply_rope(x: Array, positions: Array, inv_freq: Array, *, layout: str,
     inv_freq: float32 ``[R // 2]`` from :func:`rope_inv_freq`; the first ``R`` dims are rotated.
     layout: ``"half"`` (GPT-NeoX / HF ``rotate_half``) or ``"interleaved"`` (GPT-J / Meta Llama,
       complex form).
-    attention_factor: multiplies both cos and sin (HF convention).
+    attention_factor: multiplies both cos and sin (HF convention); finite and > 0 (a concrete
+      bad value raises ``ValueError``, a traced one under ``jax.jit`` gives a NaN output).
 
   Returns:
     ``[..., L, H, D]`` in ``x.dtype``.

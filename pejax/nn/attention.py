@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
 from pejax.nn.blockwise_attention import blockwise_attention
+from pejax.nn.blockwise_attention import check_positions_and_segments
 from pejax.nn.dense_attention import dense_attention
 
 Array = jax.Array
@@ -102,6 +103,10 @@ def attention(
 
   Returns:
     ``[B, Lq, H, D]`` in ``q.dtype``.
+
+  Raises:
+    ValueError: naming the argument, for malformed shapes (positions or segment ids whose length
+      is not the query / key length included), dtypes or choices.
   """
   arg_checks.check_choice("implementation", implementation, IMPLEMENTATIONS)
   if q.ndim != 4 or k.ndim != 4 or v.shape != k.shape:
@@ -112,6 +117,9 @@ def attention(
     raise ValueError(
         f"query heads ({q.shape[2]}) must be a multiple of key/value heads ({k.shape[2]}) and "
         f"head dims must match, got q {q.shape} and k {k.shape}")
+  q_positions, k_positions = check_positions_and_segments(
+      q, k, q_positions=q_positions, k_positions=k_positions, q_segment_ids=q_segment_ids,
+      k_segment_ids=k_segment_ids)
   if implementation == "blockwise":
     if bias is not None and not callable(bias):
       raise ValueError(

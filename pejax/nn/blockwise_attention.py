@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pejax.encodings import arg_checks
 from pejax.nn.attention_mask import attention_mask
 
 Array = jax.Array
@@ -69,6 +70,44 @@ def _tiles(x: Optional[Array], size: int) -> Optional[Array]:
   b, length = x.shape[:2]
   x = x.reshape((b, length // size, size) + x.shape[2:])
   return jnp.moveaxis(x, 1, 0)
+
+
+def check_positions_and_segments(q: Array, k: Array, *, q_positions, k_positions,
+                                 q_segment_ids=None, k_segment_ids=None) -> tuple[Array, Array]:
+  """Checks position / segment arrays against the query and key lengths (static shapes only).
+
+  Args:
+    q: ``[B, Lq, H, D]`` queries.
+    k: ``[B, Lk, K, D]`` keys.
+    q_positions: int ``[B | 1, Lq]``.
+    k_positions: int ``[B | 1, Lk]``.
+    q_segment_ids: optional int ``[B, Lq]``, given together with ``k_segment_ids``.
+    k_segment_ids: optional int ``[B, Lk]``.
+
+  Returns:
+    ``(q_positions, k_positions)`` as jax arrays.
+
+  Raises:
+    ValueError: naming the argument whose dtype or shape is wrong. Free under ``jax.jit``.
+  """
+  batch = q.shape[0]
+  checked = []
+  for name, x, length in (("q_positions", q_positions, q.shape[1]),
+                          ("k_positions", k_positions, k.shape[1])):
+    x = arg_checks.check_integer_array(name, x)
+    if x.ndim != 2 or x.shape[1] != length or x.shape[0] not in (1, batch):
+      rows = "1" if batch == 1 else f"{batch} or 1"
+      raise ValueError(f"{name} must have shape [{rows}, {length}], got {x.shape}")
+    checked.append(x)
+  if (q_segment_ids is None) != (k_segment_ids is None):
+    raise ValueError("q_segment_ids and k_segment_ids must be given together")
+  for name, x, length in (("q_segment_ids", q_segment_ids, q.shape[1]),
+                          ("k_segment_ids", k_segment_ids, k.shape[1])):
+    if x is not None:
+      x = arg_checks.check_integer_array(name, x)
+      if x.shape != (batch, length):
+        raise ValueError(f"{name} must have shape [{batch}, {length}], got {x.shape}")
+  return checked[0], checked[1]
 
 
 def blockwise_attention(
@@ -105,7 +144,23 @@ def blockwise_attention(
 
   Returns:
     ``[B, Lq, H, D]`` in ``q.dtype``.
+
+  Raises:
+    ValueError: naming the argument: malformed ``q``, ``k``, ``v`` shapes, positions or segment
+      ids whose length is not the query / key length, ``block_size < 1``.
   """
+  if q.ndim != 4 or k.ndim != 4 or v.shape != k.shape:
+    raise ValueError(
+        f"q must be [B, Lq, H, D] and k, v [B, Lk, K, D], got shapes {q.shape}, {k.shape}, "
+        f"{v.shape}")
+  if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1] or q.shape[2] % k.shape[2]:
+    raise ValueError(
+        f"q and k must share batch and head dims and query heads ({q.shape[2]}) must be a "
+        f"multiple of key/value heads ({k.shape[2]}), got q {q.shape} and k {k.shape}")
+  block_size = arg_checks.check_positive_int("block_size", block_size)
+  q_positions, k_positions = check_positions_and_segments(
+      q, k, q_positions=q_positions, k_positions=k_positions, q_segment_ids=q_segment_ids,
+      k_segment_ids=k_segment_ids)
   batch, q_len, num_heads, head_dim = q.shape
   k_len, num_kv_heads = k.shape[1], k.shape[2]
   groups = num_heads // num_kv_heads

@@ -13,6 +13,14 @@ Positions are explicit: ``None`` means ``arange(L)`` for every row (kept as a ``
 that biases and rotations are built once for the whole batch); training with randomized
 positions or packed sequences just passes them.
 
+Bad values (the error / poison policy of the whole library): a token id outside ``[0, V)`` or a
+prompt that overflows the KV cache raises ``ValueError`` naming the argument whenever the value is
+concrete (eager calls). Under ``jax.jit`` the values are tracers and cannot raise; the affected
+logits are NaN instead (never a finite wrong number): a bad token's embedding is NaN (negative
+ids are not wrapped to ``V - 1`` as ``jnp.take`` would), which poisons its own logits (and,
+through attention, usually more of its row), and an overflowing cache write poisons
+all logits of the call (and, since the cache length stays past the capacity, of every later call).
+
 Example::
 
   config = DecoderConfig(pe="alibi", num_layers=2, d_model=128, num_heads=4)
@@ -116,8 +124,9 @@ class Decoder(nnx.Module):
       float32 logits ``[B, L, V]``.
 
     Raises:
-      ValueError: on malformed tokens / positions / segment ids, or when ``positions`` is
-        ``None`` and ``L`` exceeds a learned table (``max_position``).
+      ValueError: on malformed tokens / positions / segment ids, token ids outside ``[0, V)``
+        (when concrete; under ``jax.jit`` their logits are NaN, see the module docstring), or when
+        ``positions`` is ``None`` and ``L`` exceeds a learned table (``max_position``).
     """
     tokens = self._check_tokens(tokens)
     batch, length = tokens.shape
@@ -175,7 +184,13 @@ class Decoder(nnx.Module):
       cache: from :meth:`init_cache` or a previous call.
 
     Returns:
-      ``(logits [B, L, V] float32, cache)``; logits are NaN if the cache overflowed under jit.
+      ``(logits [B, L, V] float32, cache)``.
+
+    Raises:
+      ValueError: if the tokens do not fit in the cache (``cache.length + L > max_length``) or a
+        token id is outside ``[0, V)``, when these values are concrete. Under ``jax.jit`` the
+        logits are NaN instead (the cache length then exceeds ``max_length``, so every later
+        call is NaN too).
     """
     return self._extend(tokens, positions, cache)
 
@@ -190,6 +205,9 @@ class Decoder(nnx.Module):
 
     Returns:
       ``(logits [B, 1, V] float32, cache)``.
+
+    Raises:
+      ValueError: as :meth:`prefill` (a full cache, a token id outside ``[0, V)``).
     """
     token = self._check_tokens(token)
     if token.shape[1] != 1:
@@ -210,6 +228,11 @@ class Decoder(nnx.Module):
     if length > cache.max_length:
       raise ValueError(
           f"tokens length ({length}) exceeds the cache capacity max_length={cache.max_length}")
+    if not isinstance(cache.length, jax.core.Tracer) and int(cache.length) + length > (
+        cache.max_length):
+      raise ValueError(
+          f"cache overflow: cache.length ({int(cache.length)}) + tokens length ({length}) exceeds "
+          f"the cache capacity max_length={cache.max_length}")
     if positions is None:
       positions = cache.length + jnp.arange(length, dtype=jnp.int32)[None, :]
     else:
@@ -237,9 +260,16 @@ class Decoder(nnx.Module):
   # Shared pieces.
 
   def _check_tokens(self, tokens: Any) -> jax.Array:
+    """Checks int ``[B, L]`` tokens; concrete ids must lie in ``[0, V)`` (traced ones: NaN)."""
     tokens = arg_checks.check_integer_array("tokens", tokens)
     if tokens.ndim != 2:
       raise ValueError(f"tokens must have shape [B, L], got {tokens.shape}")
+    if not isinstance(tokens, jax.core.Tracer) and tokens.size:
+      low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+      vocab = self.config.vocab_size
+      if low < 0 or high >= vocab:
+        raise ValueError(
+            f"tokens must be in [0, vocab_size={vocab}), got min {low} and max {high}")
     return tokens
 
   def _check_length(self, length: int) -> None:
@@ -251,7 +281,15 @@ class Decoder(nnx.Module):
           f"(max_position={limit}); pass explicit positions or raise max_position")
 
   def _embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+    bad = None
+    if isinstance(tokens, jax.core.Tracer):
+      # Traced ids cannot raise: poison out-of-range ones with NaN (jnp.take would wrap -1 to
+      # token V - 1, a finite wrong embedding). Concrete ids were range-checked already.
+      bad = (tokens < 0) | (tokens >= self.config.vocab_size)
+      tokens = jnp.where(bad, 0, tokens)
     x = self.embed(tokens)
+    if bad is not None:
+      x = jnp.where(bad[..., None], jnp.asarray(jnp.nan, x.dtype), x)
     x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
     return self.pe.embed(x, positions)
 

@@ -50,7 +50,8 @@ class DecoderConfig:
   rope_base: float = 10000.0  # RoPE base theta.
   rope_layout: str = "half"  # "half" (GPT-NeoX / HF) or "interleaved" (GPT-J / Meta Llama).
   rope_fraction: float = 1.0  # Partial rotary: rotary_dim = int(head_dim * rope_fraction).
-  rope_scaling: Optional[Scaling] = None  # A pejax.encodings.rope_scaling dataclass or None.
+  rope_scaling: Optional[Scaling] = None  # A pejax.encodings.rope_scaling dataclass or None
+  # (rotary PEs only: any other pe raises rather than silently ignoring it).
   max_position: int = 2048  # Rows of the learned position table (pe="learned").
   t5_num_buckets: int = 32  # T5 relative-position buckets.
   t5_max_distance: int = 128  # T5 distance from which the last bucket is used.
@@ -75,7 +76,16 @@ class DecoderConfig:
     arg_checks.check_positive_float("norm_epsilon", self.norm_epsilon)
     arg_checks.check_choice("attention", self.attention, ATTENTION_CHOICES)
     from pejax.nn.positional.registry import get_pe_class  # pylint: disable=g-import-not-at-top
-    get_pe_class(self.pe).check_config(self)
+    from pejax.nn.positional.rope import RotaryPE  # pylint: disable=g-import-not-at-top
+    pe_class = get_pe_class(self.pe)
+    # A scaling the PE never reads would be silently ignored: refuse it. A PE that reads
+    # rope_scaling without subclassing RotaryPE declares it with `uses_rope_scaling = True`.
+    if self.rope_scaling is not None and not getattr(
+        pe_class, "uses_rope_scaling", issubclass(pe_class, RotaryPE)):
+      raise ValueError(
+          f"rope_scaling only applies to rotary PEs, got pe={self.pe!r} with "
+          f"rope_scaling={self.rope_scaling!r}; drop rope_scaling or use pe='rope'")
+    pe_class.check_config(self)
 
   @property
   def head_dim(self) -> int:
