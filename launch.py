@@ -1,30 +1,35 @@
 r"""pejax entry point: train a small decoder at one length, evaluate it at many.
 
-    python launch.py                       # RoPE on the built-in stdlib corpus (~2 min, 2 CPUs)
-    python launch.py --pe=alibi            # any registered PE
-    python launch.py --pe=rope --eval_rope_scaling=yarn --eval_rope_factor=4
-    python launch.py --config=experiments/configs/default.py --config.model.num_layers=4
-    python launch.py --study=extrapolation --quick   # a study: sweep, report.md, plots
+Examples (tests/test_doc_examples.py runs every one of them):
 
-Flags map onto one experiment config (``pejax.experiment_config``); a ``--config`` file in the
-Flax-examples manner is applied first, then the plain flags given on the command line. Nothing
-below this file reads flags.
+    python launch.py                                    # RoPE, built-in stdlib corpus (~2 min)
+    python launch.py --pe=alibi                         # any registered PE
+    python launch.py --config=experiments/configs/quick.py --config.model.num_layers=4
+    python launch.py --pe=rope --config.eval.rope_scaling=yarn --config.eval.rope_factor=4
+    python launch.py --rope_scaling=yarn --rope_factor=4 --config.pe.rope_original_max_position=64
+    python launch.py --workdir=runs/alibi-L128 --pe=alibi
+    python launch.py --workdir=runs/alibi-L128 --eval_only --eval_lens=256,512 --eval_name=long
+    python launch.py --study=extrapolation --quick      # a study: sweep, report.md, plots
+    python -m pejax.compare runs/alibi-L128 runs/rope-L128-stdlib-*
 
-``--study=<name>`` runs the study ``experiments/<name>.py`` instead of one experiment (the same
-as ``python -m experiments.<name>``): it reads the shared study flags of
-``experiments.study_report`` (``--quick``, ``--workdir`` = report directory, ``--runs_dir`` =
-trained models, ``--seeds``, ``--steps``, ``--override=path=value,...``), and the model, data and
-optimizer flags given here (``--d_model``, ``--num_layers``, ``--batch_size``, ``--train_len``,
-``--learning_rate``, ...) become config overrides of every model the study trains, so a study
-scales up on an accelerator, e.g. ``--study=extrapolation --d_model=512 --num_layers=8``. Flags a
-study sweeps itself (``--pe``, ``--seed``, ``--data``, ``--rope_scaling``, ``--eval_*``, ...) are
-rejected with a usage error.
+One config (``--config``, a ``get_config()`` file, default experiments/configs/default.py), one
+override mechanism (``--config.<path>=value``) and a few aliases (``--pe`` = ``--config.pe.name``,
+...; the table ``ALIASES`` below). Nothing below this file reads flags.
+
+A run directory is a record: its training settings are fixed when it is created (a command with
+other ones fails naming the field), ``--eval_only`` evaluates it with its own config into
+``evals/<name>/``. SIGINT / SIGTERM save a checkpoint, skip evaluation and exit 130 / 143; the
+same command resumes.
+
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import sys
+from typing import Any, Dict, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -32,158 +37,186 @@ from absl import logging
 from ml_collections import config_flags
 
 import experiments
-from experiments import study_report
 from pejax import experiment_config
 from pejax import runtime_env
 from pejax.nn import pe_names
 from pejax.train import experiment
+from pejax.train import loop
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Optional experiment config file (a get_config() module), e.g. "
-    "experiments/configs/default.py; override fields with --config.model.num_layers=4.")
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CONFIGS_DIR = os.path.join(ROOT, "experiments", "configs")
 
-# Each flag left unset keeps the config's value. Enum flags reject bad values with a usage line.
-flags.DEFINE_enum("pe", None, pe_names(), "Positional encoding.")
-flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
-                  "RoPE scaling used in training.")
-flags.DEFINE_float("rope_factor", None, "Factor of --rope_scaling.")
-flags.DEFINE_enum("rope_layout", None, ("half", "interleaved"), "RoPE channel layout.")
-flags.DEFINE_float("rope_fraction", None, "Partial rotary: fraction of head dims rotated.")
-flags.DEFINE_float("rope_base", None, "RoPE base theta.")
-flags.DEFINE_integer("train_len", None, "Training sequence length (bytes).", lower_bound=8)
-flags.DEFINE_list("eval_lens", None, "Evaluation lengths; default 1,2,4,8,16 x train_len.")
-flags.DEFINE_enum("eval_mode", None, experiment.EVAL_MODES,
-                  "Evaluation protocol(s) (ALiBi paper).")
-flags.DEFINE_integer("eval_tokens", None, "Validation tokens scored per length.", lower_bound=1)
-flags.DEFINE_enum("eval_rope_scaling", None, experiment.ROPE_SCALINGS,
-                  "Zero-shot context extension applied at evaluation (RoPE models).")
-flags.DEFINE_float("eval_rope_factor", None, "Factor of --eval_rope_scaling; default "
-                   "max(eval_len) / train_len.")
-flags.DEFINE_bool("passkey", None, "Also report passkey retrieval accuracy by length and depth.")
-flags.DEFINE_integer("steps", None, "Optimizer steps.", lower_bound=1)
-flags.DEFINE_integer("batch_size", None, "Sequences per batch.", lower_bound=1)
-flags.DEFINE_float("learning_rate", None, "Peak learning rate.", lower_bound=0.0)
-flags.DEFINE_integer("num_layers", None, "Decoder blocks.", lower_bound=1)
-flags.DEFINE_integer("d_model", None, "Model width.", lower_bound=8)
-flags.DEFINE_integer("num_heads", None, "Attention heads.", lower_bound=1)
-flags.DEFINE_integer("num_kv_heads", None, "Key/value heads (GQA); 0 = num_heads.",
-                     lower_bound=0)
-flags.DEFINE_string("data", None, "stdlib (built-in), a UTF-8 file or directory, or one of "
-                    "copy, reverse, passkey, addition.")
-flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, results).")
-flags.DEFINE_integer("seed", None, "Random seed.")
-flags.DEFINE_bool("resume", None, "Continue from the latest checkpoint in --workdir.")
-flags.DEFINE_enum("attention", None, ("auto", "dense", "blockwise"), "Attention kernel.")
-flags.DEFINE_string("mesh", None, "Device mesh, e.g. data=4,model=2 (axes data, fsdp, model; "
-                    "one size may be -1); default: all devices on data.")
-flags.DEFINE_bool("distributed", None, "Call jax.distributed.initialize (auto-detects SLURM, "
-                  "Open MPI, Cloud TPU pods, Kubernetes).")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0 in a multi-host run.")
-flags.DEFINE_integer("num_processes", None, "Processes of a multi-host run (0 = detect).",
-                     lower_bound=0)
-flags.DEFINE_integer("process_id", None, "This process's index (-1 = detect).", lower_bound=-1)
-flags.DEFINE_string("study", None, "Run the study experiments/<name>.py instead (see the module "
-                    "docstring); e.g. extrapolation, context_extension, passkey_scaling, "
-                    "training_curves.")
-study_report.define_flags()  # --quick, --runs_dir, --seeds, --override (workdir/steps above).
-
-# flag name -> config path.
-FLAG_TO_CONFIG = {
+# The aliases, resolved in one place (resolve_config): flag -> config path.
+ALIASES = {
     "pe": "pe.name", "rope_scaling": "pe.rope_scaling", "rope_factor": "pe.rope_factor",
-    "rope_layout": "pe.rope_layout", "rope_fraction": "pe.rope_fraction",
-    "rope_base": "pe.rope_base", "train_len": "data.train_len", "eval_mode": "eval.mode",
-    "eval_tokens": "eval.num_tokens", "eval_rope_scaling": "eval.rope_scaling",
-    "eval_rope_factor": "eval.rope_factor", "passkey": "eval.passkey", "steps": "train.steps",
-    "batch_size": "data.batch_size", "learning_rate": "optim.learning_rate",
-    "num_layers": "model.num_layers", "d_model": "model.d_model", "num_heads": "model.num_heads",
-    "num_kv_heads": "model.num_kv_heads", "data": "data.name", "workdir": "workdir",
-    "seed": "seed", "resume": "train.resume", "attention": "model.attention",
-    "mesh": "mesh.spec", "distributed": "mesh.distributed",
-    "coordinator_address": "mesh.coordinator_address", "num_processes": "mesh.num_processes",
-    "process_id": "mesh.process_id",
+    "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
+    "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
 }
-
-
-def build_config(flag_values: flags.FlagValues = flags.FLAGS):
-  """The experiment config: defaults, then ``--config`` file, then explicit flags."""
-  config = flag_values["config"].value
-  if config is None:
-    config = experiment_config.get_default_config()
-  config = config.copy_and_resolve_references()
-  with config.unlocked():
-    for flag, path in FLAG_TO_CONFIG.items():
-      value = flag_values[flag].value
-      if value is None:
-        continue
-      *parents, leaf = path.split(".")
-      node = config
-      for parent in parents:
-        node = node[parent]
-      node[leaf] = value
-    if flag_values["eval_lens"].value is not None:
-      config.eval.lens = ",".join(flag_values["eval_lens"].value)
-  return config
-
-
-# Flags a study sets itself (it sweeps them), and flags a study reads directly.
-STUDY_OWNED_FLAGS = ("pe", "seed", "data", "rope_scaling", "rope_factor", "eval_lens", "eval_mode",
-                     "eval_rope_scaling", "eval_rope_factor", "passkey", "resume")
-STUDY_DIRECT_FLAGS = ("workdir", "steps")
+# What a study sweeps itself: a study command may not set these.
+STUDY_OWNED = ("pe.name", "seed", "data.name", "pe.rope_scaling", "pe.rope_factor", "eval.",
+               "train.resume")
 
 
 def study_names() -> list[str]:
   """Modules of ``experiments/`` that define a study ``run(options)`` entry."""
-  names = []
-  for info in pkgutil.iter_modules(experiments.__path__):
-    if info.ispkg or info.name.startswith("_") or info.name == "study_report":
-      continue
-    names.append(info.name)
-  return sorted(names)
+  return sorted(info.name for info in pkgutil.iter_modules(experiments.__path__)
+                if not info.ispkg and not info.name.startswith("_")
+                and info.name != "study_report")
 
 
-def run_study(name: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Runs ``experiments.<name>.run`` with the study flags and the config flags as overrides."""
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                 argv: Optional[Sequence[str]] = None) -> None:
+  """Defines launch.py's flags in ``flag_values`` (``argv``: the command line, for overrides)."""
+  fv = dict(flag_values=flag_values)
+  config_flags.DEFINE_config_file(
+      "config", os.path.relpath(os.path.join(CONFIGS_DIR, "default.py")), "Experiment config file (a get_config() module in "
+      "experiments/configs/); override any field with --config.<path>=value (listed above).",
+      sys_argv=list(argv) if argv is not None else None, **fv)
+  flags.DEFINE_string("workdir", None, "Run directory (default runs/<pe>[-<scaling>]-L<len>-"
+                      "<data>-<hash>); for --study, the report directory.", **fv)
+  flags.DEFINE_bool("eval_only", False, "Evaluate the run in --workdir with its own config "
+                    "(only --config.eval.* / --eval_lens may change) into evals/<name>/.", **fv)
+  flags.DEFINE_string("eval_name", "", "Name of the evaluation directory evals/<name>/ "
+                      "(default: a UTC timestamp); an existing name is an error.", **fv)
+  flags.DEFINE_enum("study", None, study_names(), "Run a study (= --config=experiments/"
+                    "configs/<name>.py): sweep, report.md, plots.", **fv)
+  flags.DEFINE_enum("pe", None, pe_names(), "Alias of --config.pe.name.", **fv)
+  flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
+                    "Alias of --config.pe.rope_scaling (training-time RoPE scaling).", **fv)
+  flags.DEFINE_float("rope_factor", None, "Alias of --config.pe.rope_factor.", **fv)
+  flags.DEFINE_string("data", None, "Alias of --config.data.name.", **fv)
+  flags.DEFINE_integer("train_len", None, "Alias of --config.data.train_len.", lower_bound=8,
+                       **fv)
+  flags.DEFINE_integer("steps", None, "Alias of --config.train.steps.", lower_bound=1, **fv)
+  flags.DEFINE_list("eval_lens", None, "Alias of --config.eval.lens.", **fv)
+  flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
+  flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
+
+
+def _load_config_file(path: str):
+  spec = importlib.util.spec_from_file_location("pejax_config_file", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def resolve_config(flag_values: flags.FlagValues = flags.FLAGS):
+  """The config and the explicit overrides (``path -> value``, with the flag that set each).
+
+  Order: the config file (``--study=<name>`` picks experiments/configs/<name>.py), then the
+  ``--config.<path>`` overrides, then the aliases.
+  """
+  config = flag_values["config"].value
+  overrides: Dict[str, Any] = dict(flag_values["config"].override_values)
+  origins = {path: f"--config.{path}" for path in overrides}
+  study = flag_values["study"].value
+  if study:
+    if flag_values["config"].present:
+      raise app.UsageError(f"--study={study} picks its own config file; drop --config (or use "
+                           f"--config=experiments/configs/{study}.py alone)")
+    config = _load_config_file(os.path.join(CONFIGS_DIR, f"{study}.py"))
+    config.update_from_flattened_dict(overrides)
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    for flag, path in ALIASES.items():
+      value = flag_values[flag].value
+      if value is None:
+        continue
+      section, field = path.split(".")
+      if section not in config:
+        raise app.UsageError(f"--{flag} only takes effect with --study=<name>")
+      if isinstance(value, list):
+        value = ",".join(value)
+      if isinstance(config[section][field], float) and isinstance(value, int):
+        value = float(value)
+      config[section][field] = value
+      overrides[path] = value
+      origins[path] = f"--{flag}"
+    if flag_values["workdir"].value is not None:
+      config.workdir = flag_values["workdir"].value
+  return config, overrides, origins
+
+
+def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> None:
+  """Runs ``experiments.<config.study.name>.run`` with the explicit overrides."""
+  from experiments import study_report  # pylint: disable=g-import-not-at-top
+  name = str(config.study.name)
   if name not in study_names():
-    raise app.UsageError(f"--study must be one of {study_names()}, got {name!r}")
-  module = importlib.import_module(f"experiments.{name}")
-  if not callable(getattr(module, "run", None)):
-    raise app.UsageError(f"experiments.{name} has no run(options) entry; use "
-                         f"python -m experiments.{name}")
-  owned = [f"--{f}" for f in STUDY_OWNED_FLAGS if flag_values[f].value is not None]
-  if flag_values["config"].value is not None:
-    owned.append("--config")
+    raise app.UsageError(f"config.study.name must be one of {study_names()}, got {name!r}")
+  owned = [origins[p] for p in overrides
+           if not p.startswith("study.") and any(p == o or (o.endswith(".") and p.startswith(o))
+                                                 for o in STUDY_OWNED)]
   if owned:
     raise app.UsageError(f"--study={name} does not take {', '.join(owned)} (the study sets "
-                         "them); use --override=path=value for other config fields")
-  overrides = {path: flag_values[flag].value for flag, path in FLAG_TO_CONFIG.items()
-               if flag not in STUDY_OWNED_FLAGS + STUDY_DIRECT_FLAGS
-               and flag_values[flag].value is not None}
+                         "them); use --config.<path>=value for the other config fields")
   try:
-    options = study_report.options_from_flags(flag_values, extra_overrides=overrides)
-    study_report.apply_overrides(experiment_config.get_default_config(), options.overrides)
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
-  module.run(options)
+    seeds = tuple(int(s) for s in str(config.study.seeds).split(",") if s.strip())
+  except ValueError:
+    raise app.UsageError(f"seeds must be comma-separated integers, got "
+                         f"{config.study.seeds!r}") from None
+  options = study_report.StudyOptions(
+      quick=bool(config.study.quick), workdir=str(config.workdir or ""),
+      runs_dir=str(config.study.runs_dir or ""), seeds=seeds,
+      overrides={p: v for p, v in overrides.items() if not p.startswith("study.")})
+  importlib.import_module(f"experiments.{name}").run(options)
 
 
-def main(argv):
+def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> int:
+  """Runs the command; returns the exit status (0, or 130 / 143 after SIGINT / SIGTERM)."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
-  if not flags.FLAGS["verbosity"].present:
+  if "verbosity" in flag_values and not flag_values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Keep Orbax's per-file INFO lines out of the way.
-  if flags.FLAGS.study:
-    run_study(flags.FLAGS.study)
-    return
-  study_flags = [f"--{f}" for f in ("quick", "runs_dir", "seeds", "override")
-                 if flags.FLAGS[f].present]
-  if study_flags:
-    raise app.UsageError(f"{', '.join(study_flags)} only take effect with --study=<name>")
+  config, overrides, origins = resolve_config(flag_values)
   try:
-    experiment.train_and_evaluate(build_config())
+    if "study" in config:
+      run_study(config, overrides, origins)
+      return 0
+    if flag_values["eval_only"].value:
+      if not flag_values["workdir"].value:
+        raise app.UsageError("--eval_only needs --workdir=<run directory>")
+      experiment.evaluate_run(flag_values["workdir"].value, name=flag_values["eval_name"].value,
+                              overrides={p: v for p, v in overrides.items() if p != "workdir"})
+      return 0
+    if flag_values["eval_name"].value:
+      raise app.UsageError("--eval_name only takes effect with --eval_only")
+    result = experiment.train_and_evaluate(config)
   except experiment.ConfigError as e:
     raise app.UsageError(str(e)) from None
+  except loop.NonFiniteLossError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  return experiment.EXIT_CODES.get(result.stop_reason, 0)
+
+
+def run(argv: Sequence[str]) -> int:
+  """Parses ``argv`` (``["launch.py", "--pe=alibi", ...]``) into fresh flags and runs it.
+
+  The same path as the command line, callable from a notebook or a test. Usage errors raise
+  ``app.UsageError`` (bad flag values: ``flags.Error``).
+  """
+  flag_values = flags.FlagValues()
+  define_flags(flag_values, argv)
+  return main(flag_values(list(argv)), flag_values)
+
+
+def _help_doc() -> str:
+  """This docstring followed by every config field, grouped, with its default (``--help``)."""
+  text = (__doc__ + "Config fields and their defaults (experiments/configs/default.py):\n\n"
+          + experiment_config.help_text())
+  return text.replace("%", "%%")
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  app.run(main)
+  __doc__ = _help_doc()  # pylint: disable=redefined-builtin
+  define_flags()
+
+  def _main(argv: Sequence[str]) -> None:
+    try:
+      sys.exit(main(argv))
+    except app.UsageError as e:  # One line, not the whole --help text.
+      print(f"launch.py: error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  app.run(_main)

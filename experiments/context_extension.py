@@ -357,10 +357,6 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   return study_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
-main = study_report.study_main(run)
-
-
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.define_flags()
-  app.run(main)
+  study_report.run_as_launch("context_extension")

@@ -640,10 +640,6 @@ def _write_report(report: study_report.Report, settings: Settings,
   report.write(workdir, results)
 
 
-main = study_report.study_main(run)
-
-
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.define_flags()
-  app.run(main)
+  study_report.run_as_launch("length_generalization")

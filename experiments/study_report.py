@@ -14,18 +14,17 @@ Trained models live elsewhere, under ``--runs_dir``: one sub-directory per model
 re-running a study, or another study with the same settings, reuses the model instead of
 training it again.
 
-Flags (:func:`define_flags`, shared by every study and by ``launch.py --study=<name>``)::
+Command line: ``python launch.py --study=<name>`` (or ``python -m experiments.<name>``, the same
+command; or ``--config=experiments/configs/<name>.py``, see :func:`study_config`)::
 
-    --quick             a few minutes on 2 CPU cores (fewer seeds, steps and lengths)
-    --workdir           report directory (default runs/<study>)
-    --runs_dir          trained models (default runs/<study>)
-    --seeds             comma-separated seeds (default: the study's)
-    --steps             training steps of the base models (default: the study's)
-    --override          comma-separated config overrides, e.g. model.d_model=256,data.batch_size=64
+    --quick                        a few minutes on 2 CPU cores (fewer seeds, steps and lengths)
+    --workdir                      report directory (default runs/<study>)
+    --seeds=0,1,2                  seeds (default: the study's)
+    --config.study.runs_dir=DIR    trained models (default runs/<study>)
+    --steps=N, --config.<path>=V   overrides of every base model, e.g. --config.model.d_model=256
 
-Studies must define no absl flags of their own at import time (two studies imported into one
-process, e.g. by the test suite, would collide); they read :class:`StudyOptions` built by
-:func:`options_from_flags`, and their ``run(options)`` is callable without flags.
+Studies define no absl flags; ``launch.py`` builds their :class:`StudyOptions`, and their
+``run(options)`` is callable without flags.
 """
 
 from __future__ import annotations
@@ -100,27 +99,29 @@ class StudyOptions:
     return " ".join(["python", program_text] + sys.argv[1:])
 
 
-def _define_once(define: Callable[..., Any], name: str, default: Any, help_text: str,
-                 **kwargs: Any) -> None:
-  if name not in flags.FLAGS:
-    define(name, default, help_text, **kwargs)
+def study_config(name: str) -> ml_collections.ConfigDict:
+  """The config file of a study: the default experiment plus a ``study`` section.
 
-
-def define_flags() -> None:
-  """Defines the study flags that are not defined yet (``launch.py`` owns ``workdir``/``steps``).
-
-  Call it from a study's ``if __name__ == "__main__":`` block before ``app.run``, never at import.
+  ``experiments/configs/<name>.py`` returns it; ``launch.py`` runs the study when a config has
+  that section. The experiment fields are the base of every model the study trains; those given
+  on the command line (``--config.model.d_model=256``) override the study's own choices.
   """
-  _define_once(flags.DEFINE_bool, "quick", False,
-               "Study: the few-minute variant (fewer seeds, steps and lengths).")
-  _define_once(flags.DEFINE_string, "workdir", None,
-               "Output directory (studies: the report; default runs/<study>).")
-  _define_once(flags.DEFINE_string, "runs_dir", None,
-               "Study: directory of the trained models (default runs/<study>).")
-  _define_once(flags.DEFINE_list, "seeds", None, "Study: comma-separated seeds.")
-  _define_once(flags.DEFINE_integer, "steps", None, "Optimizer steps.", lower_bound=1)
-  _define_once(flags.DEFINE_list, "override", None,
-               "Study: config overrides path=value, e.g. model.d_model=256,data.batch_size=64.")
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  config = experiment_config.get_default_config()
+  config.study = ml_collections.ConfigDict()
+  config.study.name = name  # The study module experiments/<name>.py.
+  config.study.quick = False  # The few-minute variant (fewer seeds, steps and lengths).
+  config.study.seeds = ""  # Comma-separated seeds; empty means the study's default.
+  config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>.
+  return config
+
+
+def run_as_launch(name: str) -> None:
+  """``python -m experiments.<name> [flags]`` = ``python launch.py --study=<name> [flags]``."""
+  import runpy  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[1]
+  sys.argv = [str(root / "launch.py"), f"--study={name}"] + sys.argv[1:]
+  runpy.run_path(str(root / "launch.py"), run_name="__main__")
 
 
 def quiet_logging(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -139,24 +140,6 @@ def parse_overrides(items: Optional[Sequence[str]]) -> Dict[str, str]:
     key, value = item.split("=", 1)
     out[key.strip()] = value.strip()
   return out
-
-
-def options_from_flags(flag_values: flags.FlagValues = flags.FLAGS, *,
-                       extra_overrides: Optional[Mapping[str, Any]] = None) -> StudyOptions:
-  """:class:`StudyOptions` from the parsed flags of :func:`define_flags`."""
-  def get(name):
-    return flag_values[name].value if name in flag_values else None
-
-  overrides = dict(extra_overrides or {})
-  overrides.update(parse_overrides(get("override")))
-  seeds = get("seeds")
-  try:
-    seeds = tuple(int(s) for s in seeds) if seeds else ()
-  except ValueError:
-    raise ValueError(f"seeds must be comma-separated integers, got {seeds!r}") from None
-  return StudyOptions(quick=bool(get("quick")), workdir=get("workdir") or "",
-                      runs_dir=get("runs_dir") or "", seeds=seeds, steps=int(get("steps") or 0),
-                      overrides=overrides)
 
 
 def apply_overrides(config: ml_collections.ConfigDict,
@@ -692,16 +675,3 @@ def write_report(report: "Report", workdir, results: dict, *, study: str,
   for v in report.verdicts:
     log(f"  [{v.status}] {v.expectation}: {v.measured}")
   return results
-
-
-def study_main(run: Callable[..., Any]) -> Callable[[Sequence[str]], None]:
-  """The absl ``main`` of a study module: reads the shared study flags and calls ``run``."""
-
-  def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-      from absl import app  # pylint: disable=g-import-not-at-top
-      raise app.UsageError(f"unexpected positional arguments: {' '.join(argv[1:])}")
-    quiet_logging()
-    run(options_from_flags())
-
-  return main

@@ -1,8 +1,8 @@
 """The experiment configuration: one ``ml_collections.ConfigDict`` for a whole run.
 
-``launch.py`` maps its absl flags onto this config; a config file in the Flax-examples manner
-(``--config=experiments/configs/x.py`` plus ``--config.model.num_layers=4``) starts from
-:func:`get_default_config` and overrides fields. Every layer below the entry point receives the
+``launch.py`` loads a config file in the Flax-examples manner (``--config=experiments/configs/x.py``,
+each a ``get_config()`` starting from :func:`get_default_config`) and overrides fields with
+``--config.model.num_layers=4``; :func:`help_text` lists every field for ``--help``. Every layer below the entry point receives the
 config object, never flags. Sub-configs nest: ``model``, ``pe``, ``data``, ``optim``, ``train``,
 ``eval``, ``mesh``. Zero / empty values mean "derive a sensible default" where the comment says so.
 """
@@ -41,7 +41,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.pe.rope_fraction = 1.0  # Partial rotary factor: fraction of head dims rotated.
   config.pe.rope_scaling = "none"  # none, linear, ntk, dynamic, yarn, llama3, longrope.
   config.pe.rope_factor = 1.0  # Scaling factor of the chosen rope_scaling.
-  config.pe.rope_original_max_position = 0  # Original context for scalings; 0 means train_len.
+  config.pe.rope_original_max_position = 0  # Original length of dynamic/yarn/llama3/longrope; 0 = train_len.
   config.pe.max_position = 0  # Learned table size; 0 means data.train_len.
   config.pe.t5_num_buckets = 32  # T5 relative-position buckets.
   config.pe.t5_max_distance = 128  # T5 distance beyond which buckets saturate.
@@ -72,12 +72,13 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.train.keep_checkpoints = 2  # Checkpoints kept on disk; 0 keeps all.
   config.train.resume = True  # Continue from the latest checkpoint in workdir if present.
   config.train.init_from = ""  # Workdir whose latest weights initialize a fresh run (fine-tune).
+  config.train.tensorboard = True  # Also write TensorBoard events (if tensorboardX is installed).
 
   config.eval = ml_collections.ConfigDict()
   config.eval.lens = ""  # Comma-separated eval lengths; empty means 1,2,4,8,16 x train_len.
   config.eval.mode = "nonoverlap"  # "nonoverlap", "sliding" or "both" (ALiBi paper protocols).
   config.eval.num_tokens = 16384  # Validation tokens scored per length (capped by the split).
-  config.eval.sliding_stride = 0  # Sliding-window stride; 0 means train_len // 2... see eval docs.
+  config.eval.sliding_stride = 0  # Sliding-window stride; 0 means L/4 (every scored token has >= 3L/4 context).
   config.eval.blockwise_threshold = 2048  # Lengths above this use blockwise attention.
   config.eval.rope_scaling = ""  # Zero-shot context extension at eval; empty keeps training's.
   config.eval.rope_factor = 0.0  # Factor of eval.rope_scaling; 0 means eval_len / train_len.
@@ -90,3 +91,42 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.mesh.num_processes = 0  # Processes of a multi-host run; 0 = detect.
   config.mesh.process_id = -1  # This process's index in [0, num_processes); -1 = detect.
   return config
+
+
+# Sections in --help order, with their titles; top-level fields (seed, workdir) go with "train".
+HELP_GROUPS = (("model", "model"), ("pe", "positional encoding"), ("data", "data"),
+               ("optim", "optimizer"), ("eval", "evaluation"), ("train", "run"), ("mesh", "mesh"))
+
+
+def field_comments() -> dict:
+  """``"model.d_model" -> "Residual stream width."``: the one-line comment of every field."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+  comments = {}
+  for line in inspect.getsource(get_default_config).splitlines():
+    match = re.match(r"\s*config\.([\w.]+) = .*?  # (.*)$", line)
+    if match:
+      comments[match.group(1)] = match.group(2).strip()
+  return comments
+
+
+def help_text(config: ml_collections.ConfigDict | None = None) -> str:
+  """Every config field with its default and comment, grouped by section (for ``--help``)."""
+  config = get_default_config() if config is None else config
+  comments = field_comments()
+  lines = []
+  for section, title in HELP_GROUPS:
+    if section not in config:
+      continue
+    lines.append(f"{title} (--config.{section}.<field>):")
+    ordered = [path.split(".", 1)[1] for path in comments if path.startswith(section + ".")]
+    keys = [k for k in ordered if k in config[section]]
+    keys += [k for k in config[section].keys() if k not in keys]  # Fields of a custom config.
+    entries = [(f"{section}.{key}", config[section][key]) for key in keys]
+    if section == "train":
+      entries = [("seed", config.seed), ("workdir", config.workdir)] + entries
+    for path, value in entries:
+      shown = f"'{value}'" if isinstance(value, str) else repr(value)
+      lines.append(f"  --config.{path}={shown}".ljust(46) + " " + comments.get(path, ""))
+    lines.append("")
+  return "\n".join(lines)

@@ -100,6 +100,70 @@ def write_results(workdir: pathlib.Path, tables: Dict[str, Sequence[LengthResult
   return paths
 
 
+def readable_log_ticks(low: float, high: float, *, max_ticks: int = 8) -> List[float]:
+  """Round tick values (1-2-5 per decade, then 1-1.5-2-3-5-7) covering ``[low, high]``.
+
+  A log axis spanning less than a decade gets only one labelled power of ten from matplotlib's
+  default locator; these ticks give it 3 to ``max_ticks`` labels at round numbers.
+  """
+  if not (low > 0 and high > 0 and math.isfinite(low) and math.isfinite(high)):
+    return []
+  low, high = min(low, high), max(low, high)
+  for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)):
+    ticks = []
+    for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
+      for m in mantissas:
+        value = m * 10.0 ** exponent
+        if low * 0.999 <= value <= high * 1.001:
+          ticks.append(float(f"{value:.6g}"))
+    ticks = sorted(set(ticks))
+    if len(ticks) >= 3:
+      if len(ticks) > max_ticks:
+        ticks = ticks[::math.ceil(len(ticks) / max_ticks)]
+      return ticks
+  # A very narrow range: evenly spaced round values.
+  step = (high - low) / 4 or 1.0
+  return [float(f"{low + i * step:.3g}") for i in range(5)]
+
+
+def set_readable_log_ticks(axis: Any, low: float, high: float) -> None:
+  """Puts :func:`readable_log_ticks` on a log-scaled matplotlib ``axis`` with plain labels."""
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+  ticks = readable_log_ticks(low, high)
+  if not ticks:
+    return
+  axis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+  axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  axis.set_minor_locator(matplotlib.ticker.NullLocator())
+  axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def plot_loss(series: Dict[str, Sequence[tuple]], path: pathlib.Path, *,
+              unigram_loss: Optional[float] = None, title: str = "") -> pathlib.Path:
+  """Loss against training step, one line per series (``label -> [(step, loss), ...]``)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for label, points in series.items():
+    pts = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
+    if pts:
+      ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, markersize=3, label=label)
+  if unigram_loss is not None:
+    ax.axhline(unigram_loss, color="black", linestyle="-.", linewidth=0.8,
+               label=f"unigram loss {unigram_loss:.3f}")
+  ax.set_xlabel("training step")
+  ax.set_ylabel("loss (nats per token)")
+  ax.set_title(title or "Loss vs step")
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return pathlib.Path(path)
+
+
 def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Path, *,
                     train_len: Optional[int] = None, title: str = "",
                     spreads: Optional[Dict[str, List[tuple]]] = None) -> pathlib.Path:
@@ -142,8 +206,7 @@ def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Pat
             if r.status == "ok" and math.isfinite(r.perplexity)]
   if values and max(values) / min(values) > 4:  # Log scale only when curves span a wide range.
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    set_readable_log_ticks(ax.yaxis, min(values), max(values))
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel("perplexity (bytes)")
   ax.set_title(title or "Perplexity vs evaluation length")

@@ -6,11 +6,14 @@ for the synthetic tasks), optionally with a zero-shot RoPE context extension and
 retrieval. Writes into the workdir::
 
     checkpoints/          Orbax checkpoints (model, optimizer, step, data state, config JSON)
-    config.json           the resolved experiment config
-    metrics.jsonl         training / validation metrics, one JSON object per line
-    results.json / .csv   the evaluation table
-    perplexity_vs_length.png
-    results.md            the printed tables
+    config.json           the experiment config, written once when the run is created
+    status.json           training | preempted | finished
+    metrics.jsonl         training / validation / evaluation records, one JSON object per line
+    tensorboard/          the same scalars as TensorBoard events (when tensorboardX is installed)
+    loss_vs_step.png      window-mean training loss and validation loss against the step
+    results.json / .csv   the first evaluation's table (also results.md,
+    perplexity_vs_length.png)
+    evals/<name>/         each later evaluation (``--eval_only``, other eval settings), same files
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 
 from pejax import data as data_lib
 from pejax import eval as eval_lib
+from pejax.eval import report as report_lib
 from pejax import parallel
 from pejax.encodings import rope_scaling as scalings
 from pejax.encodings.randomized import randomized_positions
@@ -41,12 +45,19 @@ from pejax.nn import Decoder
 from pejax.nn import DecoderConfig
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import loop
+from pejax.train import metrics as metrics_lib
 from pejax.train import optimizer as optimizer_lib
 
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 EVAL_MODES = ("nonoverlap", "sliding", "both")  # "both" runs the two ALiBi-paper protocols.
 # Config sections whose values change what a checkpoint means (hashed into the default workdir).
 _IDENTITY_SECTIONS = ("model", "pe", "data", "optim", "seed")
+_TRAINING_RUN_FIELDS = ("steps", "init_from")  # The train.* fields that define a run.
+CONFIG_FILENAME = "config.json"
+STATUS_FILENAME = "status.json"
+EVALS_SUBDIR = "evals"
+# Exit status of a run stopped by a signal (shell convention 128 + signal number).
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
 class ConfigError(ValueError):
@@ -58,8 +69,8 @@ class ExperimentResult:
   """What :func:`train_and_evaluate` produced.
 
   Attributes:
-    workdir: the run directory.
-    train: the :class:`~pejax.train.loop.TrainResult`.
+    workdir: the directory the results went to (the run directory, or ``evals/<name>/``).
+    train: the :class:`~pejax.train.loop.TrainResult` (``None`` when nothing was trained).
     tables: label -> evaluation results (``LengthResult`` or task-accuracy rows).
     passkey: passkey results (empty unless requested).
     text: the printed report.
@@ -68,11 +79,16 @@ class ExperimentResult:
   """
 
   workdir: pathlib.Path
-  train: loop.TrainResult
+  train: Optional[loop.TrainResult]
   tables: Dict[str, list]
   passkey: list
   text: str
   unigram_perplexity: Optional[float]
+
+  @property
+  def stop_reason(self) -> Optional[str]:
+    """The signal that stopped training (``"SIGTERM"``), ``"data_exhausted"`` or ``None``."""
+    return self.train.stop_reason if self.train is not None else None
 
 
 def rope_scaling_from_name(name: str, *, factor: float, original_max_position: int,
@@ -157,14 +173,65 @@ def eval_lengths(config: ml_collections.ConfigDict) -> List[int]:
   return sorted(set(lengths))
 
 
-def default_workdir(config: ml_collections.ConfigDict) -> pathlib.Path:
-  """``runs/<pe>-<data>-<hash>``: the same settings map to the same directory (and resume)."""
-  identity = {k: (config[k].to_dict() if hasattr(config[k], "to_dict") else config[k])
-              for k in _IDENTITY_SECTIONS}
-  identity["steps"] = config.train.steps
-  digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+def training_settings(config: Any) -> Dict[str, Any]:
+  """The fields that define what a run trains (flattened ``path -> value``).
+
+  ``model``, ``pe``, ``data``, ``optim``, ``seed``, ``train.steps`` and ``train.init_from``; the
+  evaluation, mesh, logging and checkpoint-interval settings are free to change between commands.
+  """
+  as_dict = checkpoint_lib.config_to_dict(config) or {}
+  flat = {}
+  for section in _IDENTITY_SECTIONS:
+    value = as_dict.get(section)
+    if isinstance(value, dict):
+      for key, item in _flatten(value, section):
+        flat[key] = item
+    else:
+      flat[section] = value
+  train = as_dict.get("train", {})
+  for key in _TRAINING_RUN_FIELDS:
+    flat[f"train.{key}"] = train.get(key)
+  return flat
+
+
+def _flatten(tree: Dict[str, Any], prefix: str):
+  for key, value in tree.items():
+    path = f"{prefix}.{key}"
+    if isinstance(value, dict):
+      yield from _flatten(value, path)
+    else:
+      yield path, value
+
+
+def training_differences(saved: Any, current: Any) -> List[str]:
+  """``"pe.name: run has 'rope', this command has 'alibi'"`` for each differing training field."""
+  old, new = training_settings(saved), training_settings(current)
+  missing = "<missing>"
+  return [f"{path}: run has {old.get(path, missing)!r}, this command has "
+          f"{new.get(path, missing)!r}"
+          for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
+
+
+def run_name(config: ml_collections.ConfigDict) -> str:
+  """``<pe>[-<scaling>x<factor>]-L<train_len>-<data>-<hash>``, e.g. ``rope-yarnx4-L128-stdlib-1a2b3c``.
+
+  The hash covers every training setting (:func:`training_settings`), so the same settings map
+  to the same directory (and resume) and different ones never share it.
+  """
+  digest = hashlib.sha1(json.dumps(training_settings(config), sort_keys=True,
+                                   default=str).encode()).hexdigest()[:6]
   data_name = pathlib.Path(str(config.data.name)).name or "data"
-  return pathlib.Path("runs") / f"{config.pe.name}-{data_name}-{digest}"
+  scaling = str(config.pe.rope_scaling or "none")
+  parts = [str(config.pe.name)]
+  if scaling != "none":
+    parts.append(f"{scaling}x{float(config.pe.rope_factor):g}")
+  parts += [f"L{int(config.data.train_len)}", data_name, digest]
+  return "-".join(parts)
+
+
+def default_workdir(config: ml_collections.ConfigDict) -> pathlib.Path:
+  """``runs/<run_name>`` (:func:`run_name`)."""
+  return pathlib.Path("runs") / run_name(config)
 
 
 def unigram_perplexity(tokens: np.ndarray) -> float:
@@ -290,11 +357,185 @@ def _machine() -> str:
           f"jax {jax.__version__} on {jax.devices()[0].platform}")
 
 
+# ----------------------------------------------------------------------------------------------
+# Settings that would be silently ignored, and values no run can use.
+
+
+def _is_rotary(pe_name: str) -> bool:
+  from pejax.nn.positional.registry import get_pe_class  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional.rope import RotaryPE  # pylint: disable=g-import-not-at-top
+  try:
+    pe_class = get_pe_class(pe_name)
+  except (KeyError, ValueError):
+    return False
+  return bool(getattr(pe_class, "uses_rope_scaling", issubclass(pe_class, RotaryPE)))
+
+
+def _walk_values(tree: Dict[str, Any], prefix: str = ""):
+  for key, value in tree.items():
+    path = f"{prefix}{key}"
+    if isinstance(value, dict):
+      yield from _walk_values(value, path + ".")
+    else:
+      yield path, value
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Rejects settings that would have no effect for the chosen PE, data or mode, and bad values.
+
+  Raises:
+    ConfigError: naming the setting and what makes it ineffective (``pe.rope_scaling='yarn' has
+      no effect with pe.name='alibi'``), or the field and bad value (non-finite numbers, a
+      workdir below a file).
+  """
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  defaults = experiment_config.get_default_config()
+  for path, value in _walk_values(checkpoint_lib.config_to_dict(config) or {}):
+    if isinstance(value, float) and not math.isfinite(value):
+      raise ConfigError(f"{path} must be a finite number, got {value}")
+  pe, data, ev = config.pe, config.data, config.eval
+  name = str(pe.name)
+  rotary = _is_rotary(name)
+  scaling = str(pe.rope_scaling or "none")
+  if not rotary:
+    for field in ("rope_scaling", "rope_factor", "rope_original_max_position", "rope_base",
+                  "rope_layout", "rope_fraction"):
+      if pe[field] != defaults.pe[field]:
+        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.name={name!r} (only "
+                          "rotary PEs use it); drop it or use pe.name='rope'")
+  elif scaling == "none":
+    for field in ("rope_factor", "rope_original_max_position"):
+      if pe[field] != defaults.pe[field]:
+        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.rope_scaling='none';"
+                          " set pe.rope_scaling (e.g. yarn) or drop it")
+  elif scaling in ("linear", "ntk") and pe.rope_original_max_position:
+    raise ConfigError(f"pe.rope_original_max_position={pe.rope_original_max_position} has no "
+                      f"effect with pe.rope_scaling={scaling!r} (only dynamic, yarn, llama3 and "
+                      "longrope use an original length)")
+  if name != "t5":
+    for field in ("t5_num_buckets", "t5_max_distance"):
+      if pe[field] != defaults.pe[field]:
+        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.name={name!r} (only "
+                          "t5 uses it)")
+  if name != "learned" and pe.max_position:
+    raise ConfigError(f"pe.max_position={pe.max_position} has no effect with pe.name={name!r} "
+                      "(only the learned table uses it)")
+  eval_scaling = str(ev.rope_scaling or "")
+  if eval_scaling and eval_scaling != "none" and not rotary:
+    raise ConfigError(f"eval.rope_scaling={eval_scaling!r} has no effect with pe.name={name!r}: "
+                      "zero-shot context extension needs pe=rope (it needs pe.name='rope')")
+  if ev.rope_factor and (not eval_scaling or eval_scaling == "none"):
+    raise ConfigError(f"eval.rope_factor={ev.rope_factor!r} has no effect without "
+                      "eval.rope_scaling; set eval.rope_scaling (e.g. yarn) or drop it")
+  is_task = data_lib.is_task(str(data.name))
+  if ev.sliding_stride and ev.mode == "nonoverlap":
+    raise ConfigError(f"eval.sliding_stride={ev.sliding_stride} has no effect with "
+                      "eval.mode='nonoverlap'; use eval.mode=sliding or both")
+  if is_task:
+    for field, default in (("passkey", False), ("rope_scaling", ""), ("mode", "nonoverlap")):
+      if ev[field] != default and not (field == "rope_scaling" and ev[field] == "none"):
+        raise ConfigError(f"eval.{field}={ev[field]!r} has no effect with data.name="
+                          f"{data.name!r} (a synthetic task is scored by exact-match accuracy)")
+  else:
+    for field in ("task_min_size", "task_max_size", "reverse_digits"):
+      if data[field] != defaults.data[field]:
+        raise ConfigError(f"data.{field}={data[field]!r} has no effect with data.name="
+                          f"{data.name!r} (only synthetic tasks use it)")
+  if data.name != "addition" and is_task and data.reverse_digits:
+    raise ConfigError(f"data.reverse_digits has no effect with data.name={data.name!r} (only "
+                      "addition uses it)")
+  if config.train.init_from and pathlib.Path(str(config.train.init_from)).resolve() == (
+      pathlib.Path(str(config.workdir or default_workdir(config))).resolve()):
+    raise ConfigError("train.init_from must name another run, got the run's own workdir")
+  workdir = pathlib.Path(str(config.workdir)) if config.workdir else None
+  if workdir is not None:
+    for parent in [workdir, *workdir.parents]:
+      if parent.exists() and not parent.is_dir():
+        raise ConfigError(f"workdir {str(workdir)!r} is below {str(parent)!r}, which is a file")
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory as a record.
+
+
+def _write_json_atomic(path: pathlib.Path, payload: Any) -> None:
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+  os.replace(tmp, path)
+
+
+def run_status(workdir: os.PathLike | str) -> Dict[str, Any]:
+  """``status.json`` of a run: ``{"state": "training" | "preempted" | "finished" | ...}``.
+
+  A directory without one (an older run) reads as finished when it has ``results.json``.
+  """
+  workdir = pathlib.Path(workdir)
+  try:
+    return json.loads((workdir / STATUS_FILENAME).read_text())
+  except (OSError, json.JSONDecodeError):
+    return {"state": "finished" if (workdir / "results.json").exists() else "unknown"}
+
+
+def is_finished(workdir: os.PathLike | str) -> bool:
+  """Whether a run trained to its last step and wrote its results (never a partial run)."""
+  return run_status(workdir).get("state") == "finished"
+
+
+def _set_status(workdir: pathlib.Path, state: str, **facts: Any) -> None:
+  _write_json_atomic(workdir / STATUS_FILENAME, {"state": state, "time": time.time(), **facts})
+
+
+def open_run(config: ml_collections.ConfigDict) -> pathlib.Path:
+  """The run directory of ``config``, created with its ``config.json`` unless it exists.
+
+  An existing run keeps its ``config.json``: a command whose training settings differ fails
+  here, before anything is written, naming each differing field.
+
+  Raises:
+    ConfigError: the run directory holds a run trained with other settings.
+  """
+  workdir = pathlib.Path(config.workdir) if config.workdir else default_workdir(config)
+  saved_path = workdir / CONFIG_FILENAME
+  if saved_path.exists():
+    try:
+      saved = json.loads(saved_path.read_text())
+    except json.JSONDecodeError as e:
+      raise ConfigError(f"{saved_path} is not valid JSON ({e}); not touching that run") from None
+    differences = training_differences(saved, config)
+    if differences:
+      raise ConfigError(
+          f"workdir {str(workdir)!r} holds a run trained with other settings ("
+          + "; ".join(differences) + "); a run directory is a record: use another --workdir, "
+          "or --eval_only to evaluate that run")
+    return workdir
+  if (workdir / checkpoint_lib.CHECKPOINT_SUBDIR).exists():
+    return workdir  # An older run without config.json: the checkpoint check still applies.
+  if parallel.is_coordinator():
+    workdir.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(saved_path, json.loads(config.to_json_best_effort()))
+  return workdir
+
+
+def _eval_settings(config: Any) -> Dict[str, Any]:
+  return (checkpoint_lib.config_to_dict(config) or {}).get("eval", {})
+
+
+# ----------------------------------------------------------------------------------------------
+# Train, then evaluate.
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, *,
                        log: Callable[[str], None] = print,
                        step_callbacks: Sequence[Callable[[int, Dict[str, float]], None]] = (),
                        ) -> ExperimentResult:
   """Trains a decoder as ``config`` says, evaluates extrapolation, writes the results.
+
+  The run directory is a record (:func:`open_run`): its ``config.json`` is written once; a
+  command with other training settings fails before anything is written. A run stopped by
+  SIGINT/SIGTERM saves a checkpoint and returns at once, without evaluating (``stop_reason``
+  set, ``status.json`` says ``preempted``); the same command resumes it. The first evaluation
+  of a finished run writes ``results.*``; a later one (other evaluation settings) goes to
+  ``evals/<timestamp>/`` and never overwrites.
 
   Args:
     config: an experiment config (:func:`pejax.experiment_config.get_default_config`).
@@ -305,10 +546,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     An :class:`ExperimentResult`.
 
   Raises:
-    ConfigError: for invalid settings (message names the field and value).
+    ConfigError: for invalid or ineffective settings (message names the field and value).
     pejax.train.NonFiniteLossError: when the loss becomes NaN/Inf (last good checkpoint kept).
   """
   started = time.time()
+  check_config(config)
   mesh_settings = _mesh_settings(config)
   try:
     parallel.initialize_distributed(
@@ -321,12 +563,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
   if not parallel.is_coordinator():  # Process 0 prints and writes the reports.
     log = lambda line: None
   train_len = int(config.data.train_len)
-  lengths = eval_lengths(config)
+  eval_lengths(config)
   if config.eval.mode not in EVAL_MODES:
     raise ConfigError(f"eval_mode must be one of {list(EVAL_MODES)}, got {config.eval.mode!r}")
-  if config.eval.rope_scaling and config.eval.rope_scaling != "none" and config.pe.name != "rope":
-    raise ConfigError(
-        f"eval_rope_scaling={config.eval.rope_scaling!r} needs pe=rope, got pe={config.pe.name!r}")
   model_config = decoder_config_from(config)
   is_task = data_lib.is_task(str(config.data.name))
   try:
@@ -343,11 +582,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
                                       seed=config.seed)
 
   mesh = make_run_mesh(config, model_config)
+  workdir = open_run(config)  # Checks an existing run's settings before writing anything.
   coordinator = parallel.is_coordinator()
-  workdir = pathlib.Path(config.workdir) if config.workdir else default_workdir(config)
-  workdir.mkdir(parents=True, exist_ok=True)
-  if coordinator:
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=1) + "\n")
   log(f"pejax: pe={config.pe.name} data={config.data.name} train_len={train_len} "
       f"steps={config.train.steps} workdir={workdir}")
   with contextlib.ExitStack() as stack:
@@ -357,17 +593,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
       log(f"mesh: {dict(mesh.shape)} over {parallel.process_summary()}")
     return _train_and_evaluate_on(
         config, model_config=model_config, mesh=mesh, train_iter=train_iter, corpus=corpus,
-        is_task=is_task, workdir=workdir, lengths=lengths, train_len=train_len,
+        is_task=is_task, workdir=workdir, train_len=train_len,
         coordinator=coordinator, started=started, log=log, step_callbacks=step_callbacks)
 
 
+def _num_params(model) -> int:
+  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
 def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is_task, workdir,
-                           lengths, train_len, coordinator, started, log, step_callbacks):
+                           train_len, coordinator, started, log, step_callbacks):
   """The body of :func:`train_and_evaluate` once data, mesh and workdir are set up."""
   model = Decoder(model_config, rngs=nnx.Rngs(params=config.seed))
   if mesh is not None:
     parallel.shard_module(model, mesh)
-  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  num_params = _num_params(model)
   log(f"model: {num_params / 1e6:.3f}M parameters, {model_config.num_layers} layers, "
       f"d_model {model_config.d_model}, {model_config.num_heads} heads")
   unigram = None
@@ -377,6 +617,15 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
     log(f"data: {len(corpus.train):,} train / {len(corpus.valid):,} validation bytes; "
         f"unigram perplexity {unigram:.2f} (a context-free model's level)")
     eval_fn = _validation_fn(corpus.valid, train_len)
+  already_finished = is_finished(workdir) and (workdir / "results.json").exists()
+  if already_finished and (workdir / "results.md").exists():
+    saved_eval = _eval_settings(json.loads((workdir / CONFIG_FILENAME).read_text())) if (
+        workdir / CONFIG_FILENAME).exists() else None
+    if saved_eval == _eval_settings(config):
+      text = (workdir / "results.md").read_text()
+      log(f"{workdir} is a finished run with these settings; its results (not recomputed):")
+      log(text)
+      return ExperimentResult(workdir, None, {}, [], text, unigram)
   init_from = config.train.get("init_from", "")
   if init_from and not (workdir / checkpoint_lib.CHECKPOINT_SUBDIR).exists():
     # Fine-tuning: weights from another run (model shapes must match; PE scaling, length and
@@ -392,20 +641,111 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
   optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=config.train.steps)
   if mesh is not None:
     parallel.shard_module(optimizer, mesh)
+  if coordinator:
+    _set_status(workdir, "training")
   train_result = loop.train(model, optimizer, train_iter, config=config, workdir=workdir,
                             eval_fn=eval_fn, log_fn=log, step_callbacks=step_callbacks)
+  if coordinator:
+    _write_loss_plot(workdir, unigram=unigram)
+  if train_result.stop_reason in EXIT_CODES:
+    if coordinator:
+      _set_status(workdir, "preempted", step=train_result.final_step,
+                  signal=train_result.stop_reason)
+    log(f"stopped by {train_result.stop_reason} at step {train_result.final_step}: checkpoint "
+        "saved, evaluation skipped; re-run the same command to resume")
+    return ExperimentResult(workdir, train_result, {}, [], "", unigram)
   if train_result.stop_reason:
-    log(f"stopped early ({train_result.stop_reason}) at step {train_result.final_step}; "
-        "checkpoint saved, re-run the same command to continue")
+    log(f"stopped early ({train_result.stop_reason}) at step {train_result.final_step}")
+  out_dir = workdir
+  if (workdir / "results.json").exists():  # Never overwrite an earlier evaluation.
+    out_dir = _new_eval_dir(workdir, "")
+  result = _evaluate_and_write(
+      model, config, model_config=model_config, corpus=corpus, is_task=is_task, workdir=workdir,
+      out_dir=out_dir, step=train_result.final_step, num_params=num_params, unigram=unigram,
+      coordinator=coordinator, started=started, log=log)
+  result.train = train_result
+  if coordinator:
+    _set_status(workdir, "finished" if not train_result.stop_reason else train_result.stop_reason,
+                step=train_result.final_step)
+  return result
 
+
+def _new_eval_dir(workdir: pathlib.Path, name: str) -> pathlib.Path:
+  """``evals/<name or UTC timestamp>``, a fresh directory (an existing name is an error)."""
+  base = workdir / EVALS_SUBDIR
+  if name:
+    if "/" in name or name in (".", ".."):
+      raise ConfigError(f"eval name must be a plain directory name, got {name!r}")
+    out = base / name
+    if out.exists():
+      raise ConfigError(f"evaluation {str(out)!r} already exists; evaluations are never "
+                        "overwritten, choose another --eval_name")
+  else:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out, k = base / stamp, 1
+    while out.exists():
+      k += 1
+      out = base / f"{stamp}-{k}"
+  return out
+
+
+def final_numbers(workdir: os.PathLike | str) -> Dict[str, Any]:
+  """The run's final training and validation numbers from its ``metrics.jsonl``.
+
+  Returns:
+    ``{"train_loss": window-mean training loss of the last logging window, "train_window":
+    [first, last] steps of that window, "valid_loss": validation loss at the training length
+    of the last validation, "valid_step": its step}`` (``None`` where not logged).
+  """
+  train_loss = valid_loss = valid_step = None
+  window = None
+  previous_train_step = 0
+  for record in metrics_lib.read_metrics(workdir):
+    step = int(record.get("step", 0))
+    if record.get("split") == "train":
+      train_loss = record.get("metrics", {}).get("loss")
+      window = [previous_train_step + 1, step]
+      previous_train_step = step
+    elif record.get("split") == "eval":
+      valid_loss, valid_step = record.get("metrics", {}).get("loss"), step
+  return {"train_loss": train_loss, "train_window": window, "valid_loss": valid_loss,
+          "valid_step": valid_step}
+
+
+def _describe_final(final: Dict[str, Any], *, train_len: int, unigram: Optional[float]) -> str:
+  parts = []
+  if final.get("train_loss") is not None:
+    a, b = final["train_window"]
+    parts.append(f"final train loss {final['train_loss']:.3f} (window mean, steps {a}-{b})")
+  if final.get("valid_loss") is not None:
+    parts.append(f"validation loss {final['valid_loss']:.3f} (L={train_len}, step "
+                 f"{final['valid_step']})")
+  if unigram:
+    parts.append(f"unigram {math.log(unigram):.3f} nats")
+  return "; ".join(parts) or "no training metrics logged"
+
+
+def _evaluate_and_write(model, config, *, model_config, corpus, is_task, workdir, out_dir, step,
+                        num_params, unigram, coordinator, started, log,
+                        name: str = "") -> ExperimentResult:
+  """Evaluates ``model`` as ``config.eval`` says; writes results into ``out_dir``."""
+  train_len = int(config.data.train_len)
+  lengths = eval_lengths(config)
   tables: Dict[str, list] = {}
   passkey: list = []
   text_parts = []
+  final = final_numbers(workdir)
   meta = {"pe": config.pe.name, "data": str(config.data.name), "train_len": train_len,
-          "steps": train_result.final_step, "params": num_params, "machine": _machine(),
-          "date": time.strftime("%Y-%m-%d %H:%M"), "label": config.pe.name}
+          "steps": step, "params": num_params, "machine": _machine(),
+          "date": time.strftime("%Y-%m-%d %H:%M"), "label": config.pe.name,
+          "run": workdir.name,
+          "evaluation": name or ("results" if out_dir == workdir else out_dir.name), "final": final,
+          "eval_config": _eval_settings(config)}
   blockwise_threshold = int(config.eval.blockwise_threshold)
   max_length = model_config.max_position if model_config.pe == "learned" else None
+  if coordinator:
+    out_dir.mkdir(parents=True, exist_ok=True)
+  summary: Dict[str, Any] = {}
   if is_task:
     options = {"reverse_digits": bool(config.data.get("reverse_digits", False))} if (
         config.data.name == "addition") else {}
@@ -414,9 +754,9 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
                           log=log)
     tables[config.pe.name] = rows
     text_parts.append(_format_task_table(rows, train_len=train_len))
+    summary = {f"accuracy@{r['length']}": r["accuracy"] for r in rows}
     if coordinator:
-      (workdir / "results.json").write_text(
-          json.dumps({"meta": meta, "accuracy": rows}, indent=1))
+      _write_json_atomic(out_dir / "results.json", {"meta": meta, "accuracy": rows})
   else:
     modes = ("nonoverlap", "sliding") if config.eval.mode == "both" else (config.eval.mode,)
     stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
@@ -424,8 +764,8 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
         m, corpus.valid, lengths=lengths, modes=modes, max_tokens=int(config.eval.num_tokens),
         blockwise_threshold=blockwise_threshold, stride=stride, max_length=max_length,
         unsupported_reason=f"table size {max_length}", progress=log)
-    label = config.pe.name + (f"+{config.pe.rope_scaling}" if config.pe.name == "rope" and
-                              config.pe.rope_scaling != "none" else "")
+    label = config.pe.name + (f" + {config.pe.rope_scaling} x{float(config.pe.rope_factor):g}"
+                              if config.pe.rope_scaling not in ("none", "") else "")
     tables[label] = evaluate(model)
     if config.eval.rope_scaling and config.eval.rope_scaling != "none":
       factor = config.eval.rope_factor or max(lengths) / train_len
@@ -439,9 +779,14 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
       scaled_label = f"{label} + zero-shot {config.eval.rope_scaling} x{factor:g}"
       log(f"evaluating {scaled_label} (same weights, no retraining)")
       tables[scaled_label] = evaluate(scaled)
-    for name, results in tables.items():
-      text_parts.append(eval_lib.format_table(results, train_len=train_len,
-                                              title=f"{name}: trained at {train_len}"))
+    for label_, results in tables.items():
+      text_parts.append(eval_lib.format_table(
+          results, train_len=train_len,
+          title=f"{label_}: trained at {train_len}, perplexity on {config.eval.num_tokens} "
+                "validation tokens per length"))
+      for r in results:
+        if r.status == "ok":
+          summary[f"{label_}/{r.mode}/ppl@{r.length}"] = r.perplexity
     if config.eval.passkey:
       passkey = eval_lib.passkey_accuracy(
           model, lengths=[l for l in lengths if l >= 96], depths=(0.0, 0.25, 0.5, 0.75, 1.0),
@@ -450,20 +795,105 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
       text_parts.append("passkey accuracy (length x depth)\n" +
                         eval_lib.format_passkey_table(passkey))
     if coordinator:
-      eval_lib.write_results(workdir, tables, meta=meta, passkey=passkey,
+      eval_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
                              title=f"Perplexity vs length (trained at {train_len})")
-  header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} "
-            f"steps={train_result.final_step} final train loss "
-            + (f"{train_result.last_loss:.3f}" if train_result.last_loss is not None
-               else "n/a (training already finished, evaluation only)")
-            + (f" (unigram {math.log(unigram):.3f} nats)" if unigram else ""))
+  header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} steps={step}\n"
+            + _describe_final(final, train_len=train_len, unigram=unigram))
   text = header + "\n\n" + "\n\n".join(text_parts)
   if coordinator:
-    (workdir / "results.md").write_text(
+    (out_dir / "results.md").write_text(
         f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
+    if out_dir != workdir:
+      _write_json_atomic(out_dir / "eval_config.json", meta["eval_config"])
+    with metrics_lib.MetricsWriter(workdir, append=True, tensorboard=False) as writer:
+      writer.write(step, "evaluation", {"name": meta["evaluation"], "dir": str(
+          out_dir.relative_to(workdir)) if out_dir != workdir else ".", **summary})
   log("")
   log(text)
-  log(f"\nwrote {workdir}/results.md, results.json, metrics.jsonl"
+  log(f"\nwrote {out_dir}/results.md, results.json"
       + ("" if is_task else ", results.csv, perplexity_vs_length.png")
       + f" in {time.time() - started:.0f}s")
-  return ExperimentResult(workdir, train_result, tables, passkey, text, unigram)
+  return ExperimentResult(out_dir, None, tables, passkey, text, unigram)
+
+
+def _write_loss_plot(workdir: pathlib.Path, *, unigram: Optional[float]) -> None:
+  """``loss_vs_step.png``: window-mean training loss and validation loss against the step."""
+  records = metrics_lib.read_metrics(workdir)
+  series = {"train loss (window mean)": [], "validation loss (train length)": []}
+  for record in records:
+    loss = record.get("metrics", {}).get("loss")
+    if loss is None:
+      continue
+    key = {"train": "train loss (window mean)",
+           "eval": "validation loss (train length)"}.get(record.get("split"))
+    if key:
+      series[key].append((int(record["step"]), float(loss)))
+  if not any(series.values()):
+    return
+  report_lib.plot_loss(series, workdir / "loss_vs_step.png",
+                     unigram_loss=math.log(unigram) if unigram else None)
+
+
+def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, Any]] = None,
+                 name: str = "", log: Callable[[str], None] = print) -> ExperimentResult:
+  """Evaluates a trained run with its own config (``--eval_only``); never overwrites.
+
+  Loads ``<workdir>/config.json``, applies ``overrides`` (``eval.*`` and ``mesh.*`` paths only),
+  restores the newest checkpoint and writes the evaluation to ``evals/<name or timestamp>/``,
+  appending an ``evaluation`` record to ``metrics.jsonl``.
+
+  Raises:
+    ConfigError: no run there, an override of a training setting, or an unfinished run.
+  """
+  started = time.time()
+  workdir = pathlib.Path(workdir)
+  saved_path = workdir / CONFIG_FILENAME
+  if not saved_path.exists():
+    raise ConfigError(f"--eval_only needs a run directory with {CONFIG_FILENAME}; "
+                      f"{str(workdir)!r} has none")
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  config = experiment_config.get_default_config()
+  saved = json.loads(saved_path.read_text())
+  with config.unlocked():
+    config.update_from_flattened_dict(
+        {k: v for k, v in _walk_values(saved) if _has_path(config, k)})
+    for path, value in (overrides or {}).items():
+      if path.split(".")[0] not in ("eval", "mesh", "workdir"):
+        raise ConfigError(f"--eval_only evaluates the run's own config; {path} is a training "
+                          "setting (allowed: eval.* and mesh.*)")
+      config.update_from_flattened_dict({path: value})
+    config.workdir = str(workdir)
+  check_config(config)
+  eval_lengths(config)
+  if config.eval.mode not in EVAL_MODES:
+    raise ConfigError(f"eval_mode must be one of {list(EVAL_MODES)}, got {config.eval.mode!r}")
+  model_config = decoder_config_from(config)
+  is_task = data_lib.is_task(str(config.data.name))
+  corpus = None if is_task else data_lib.load_corpus(str(config.data.name))
+  status = run_status(workdir)
+  if status.get("state") != "finished":
+    log(f"note: {workdir} is not a finished run (state {status.get('state')!r}); evaluating its "
+        "newest checkpoint")
+  out_dir = _new_eval_dir(workdir, name)
+  model = Decoder(model_config, rngs=nnx.Rngs(params=0))
+  try:
+    with checkpoint_lib.Checkpointer(workdir / checkpoint_lib.CHECKPOINT_SUBDIR,
+                                     config=config) as ckpt:
+      restored = ckpt.restore(model)
+  except FileNotFoundError as e:
+    raise ConfigError(f"--eval_only: {e}") from None
+  log(f"evaluating {workdir} at step {restored.step} -> {out_dir}")
+  unigram = unigram_perplexity(corpus.train) if corpus is not None else None
+  return _evaluate_and_write(
+      model, config, model_config=model_config, corpus=corpus, is_task=is_task, workdir=workdir,
+      out_dir=out_dir, step=restored.step, num_params=_num_params(model), unigram=unigram,
+      coordinator=parallel.is_coordinator(), started=started, log=log, name=name)
+
+
+def _has_path(config: ml_collections.ConfigDict, path: str) -> bool:
+  node = config
+  for key in path.split("."):
+    if not hasattr(node, "keys") or key not in node:
+      return False
+    node = node[key]
+  return True

@@ -223,7 +223,8 @@ def train(
     metrics_dir = workdir if jax.process_index() == 0 else os.path.join(
         workdir, f"process_{jax.process_index()}")
     writer = stack.enter_context(metrics_lib.MetricsWriter(
-        metrics_dir, resume_step=start_step if latest is not None else None))
+        metrics_dir, resume_step=start_step if latest is not None else None,
+        tensorboard=bool(train_config.get("tensorboard", False))))
     stop = signals_lib.StopRequest()
     if handle_signals:
       stack.enter_context(stop)

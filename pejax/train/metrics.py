@@ -4,6 +4,11 @@ Each line is ``{"step": int, "split": str, "wall_time": float, "metrics": {...}}
 ``wall_time`` is seconds since the epoch (``time.time()``) and ``metrics`` maps names to numbers
 (nested dicts allowed). Non-finite numbers are written as ``null`` so every line is strict JSON.
 Lines are flushed as they are written, so a killed run keeps everything it logged.
+
+TensorBoard: with ``tensorboard=True`` and ``tensorboardX`` installed (``pip install
+tensorboardX``; optional), every numeric metric is also written as a scalar
+``<split>/<name>`` to event files in ``<workdir>/tensorboard/`` by tensorboardX's background
+writer thread, so the training step does not wait for it (``tensorboard --logdir runs``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,26 @@ from typing import Any, Mapping
 import numpy as np
 
 METRICS_FILENAME = "metrics.jsonl"
+TENSORBOARD_SUBDIR = "tensorboard"
+
+
+def _tensorboard_writer(workdir: str, purge_step: int | None):
+  """A ``tensorboardX.SummaryWriter`` in ``<workdir>/tensorboard``, or ``None`` if unavailable."""
+  try:
+    import tensorboardX  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return tensorboardX.SummaryWriter(
+      logdir=os.path.join(workdir, TENSORBOARD_SUBDIR), purge_step=purge_step, flush_secs=10)
+
+
+def _scalars(metrics: Mapping[str, Any], prefix: str):
+  for key, value in metrics.items():
+    name = f"{prefix}/{key}"
+    if isinstance(value, Mapping):
+      yield from _scalars(value, name)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+      yield name, float(value)
 
 
 def _to_json_value(value: Any) -> Any:
@@ -72,24 +97,37 @@ class MetricsWriter:
   run after its last checkpoint, and about to be logged again) are dropped, so the file reads as
   one uninterrupted run; new records are appended.
 
+  With ``append=True`` the file is only appended to (later evaluations of a finished run).
+
   Args:
     workdir: Directory of the run (created if missing).
     resume_step: Step of the restored checkpoint, or ``None`` for a fresh run.
+    append: Keep every existing record and append.
+    tensorboard: Also write TensorBoard events if ``tensorboardX`` is installed.
   """
 
-  def __init__(self, workdir: str | os.PathLike[str], *, resume_step: int | None = None):
+  def __init__(self, workdir: str | os.PathLike[str], *, resume_step: int | None = None,
+               append: bool = False, tensorboard: bool = False):
     os.makedirs(workdir, exist_ok=True)
     self.path = os.path.join(os.fspath(workdir), METRICS_FILENAME)
-    if resume_step is None:
-      kept = []
-    else:
-      kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
-    tmp_path = self.path + ".tmp"
-    with open(tmp_path, "w", encoding="utf-8") as f:
-      for record in kept:
-        f.write(json.dumps(record, allow_nan=False) + "\n")
-    os.replace(tmp_path, self.path)
+    if not append:
+      if resume_step is None:
+        kept = []
+      else:
+        kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= resume_step]
+      tmp_path = self.path + ".tmp"
+      with open(tmp_path, "w", encoding="utf-8") as f:
+        for record in kept:
+          f.write(json.dumps(record, allow_nan=False) + "\n")
+      os.replace(tmp_path, self.path)
     self._file = open(self.path, "a", encoding="utf-8")
+    self._tensorboard = _tensorboard_writer(
+        os.fspath(workdir), None if append else (resume_step or 0) + 1) if tensorboard else None
+
+  @property
+  def tensorboard_enabled(self) -> bool:
+    """Whether TensorBoard events are being written."""
+    return self._tensorboard is not None
 
   def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Appends one record and flushes it.
@@ -110,12 +148,19 @@ class MetricsWriter:
     }
     self._file.write(json.dumps(record, allow_nan=False) + "\n")
     self._file.flush()
+    if self._tensorboard is not None:
+      for name, value in _scalars(record["metrics"], record["split"]):
+        self._tensorboard.add_scalar(name, value, global_step=record["step"],
+                                     walltime=record["wall_time"])
     return record
 
   def close(self) -> None:
-    """Closes the file (idempotent)."""
+    """Closes the file and the TensorBoard writer (idempotent)."""
     if not self._file.closed:
       self._file.close()
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+      self._tensorboard = None
 
   def __enter__(self) -> MetricsWriter:
     return self
