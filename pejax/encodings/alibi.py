@@ -107,12 +107,14 @@ def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, slopes: jnp.ndarra
   batch_shape = np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
   q_positions = jnp.broadcast_to(q_positions, batch_shape + q_positions.shape[-1:])
   k_positions = jnp.broadcast_to(k_positions, batch_shape + k_positions.shape[-1:])
-  # -(q - k), negated in int32 so that the diagonal is +0.0 rather than -0.0.
-  q_positions = q_positions.astype(jnp.int32)  # signed: uint positions must not wrap below
-  k_positions = k_positions.astype(jnp.int32)
-  offset = k_positions[..., None, :] - q_positions[..., :, None]  # [..., Lq, Lk] int32
+  # -(q - k) in float32: exact for |positions| < 2**24 (as an int32 difference cast to float32
+  # is), and no int32 overflow (which gave a finite wrong bias for |k - q| >= 2**31) or uint wrap
+  # beyond. k - q and q - k are +0.0 on the diagonal, so min() keeps it +0.0, not -0.0.
+  q_positions = q_positions.astype(jnp.float32)[..., :, None]
+  k_positions = k_positions.astype(jnp.float32)[..., None, :]
+  offset = k_positions - q_positions  # [..., Lq, Lk]
   if not causal:
-    offset = -jnp.abs(offset)
+    offset = jnp.minimum(offset, q_positions - k_positions)
   num_heads = slopes.shape[0]
   slopes = jnp.reshape(slopes.astype(jnp.float32), (1,) * len(batch_shape) + (num_heads, 1, 1))
-  return slopes * offset[..., None, :, :].astype(jnp.float32)
+  return slopes * offset[..., None, :, :]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -54,8 +55,30 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
   return value
 
 
+_INT32 = np.iinfo(np.int32)
+
+
 def check_integer_array(name: str, x: Any) -> jnp.ndarray:
-  """Returns ``x`` as a jax array, raising ``ValueError`` unless its dtype is an integer."""
+  """Returns ``x`` as a jax array, raising ``ValueError`` unless its dtype is an integer.
+
+  Concrete values of a dtype wider than int32 (int64, uint32, uint64, Python ints) must fit in
+  int32: JAX (without x64) would otherwise wrap ``2**40`` to ``0`` silently when converting.
+  Traced values are already int32 / narrower, or uint32 (whose consumers here convert to float
+  or clip, never wrap).
+  """
+  if not isinstance(x, jax.core.Tracer):
+    host = x if isinstance(x, jax.Array) else np.asarray(x)
+    if not np.issubdtype(host.dtype, np.integer):
+      raise ValueError(
+          f"{name} must be an integer array (int32 positions keep angles exact), got dtype"
+          f" {host.dtype}")
+    info = np.iinfo(host.dtype)
+    if (info.min < _INT32.min or info.max > _INT32.max) and np.size(host):
+      low, high = int(host.min()), int(host.max())
+      if low < _INT32.min or high > _INT32.max:
+        raise ValueError(
+            f"{name} must fit in int32 [{_INT32.min}, {_INT32.max}], got min {low} and max "
+            f"{high}")
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.integer):
     raise ValueError(

@@ -296,10 +296,11 @@ def _angles_for(x: Array, angles: Array, per_head: bool) -> Array:
 def check_attention_factor(attention_factor) -> Array:
   """``attention_factor`` as a float32 scalar: concrete values must be finite and > 0.
 
-  A concrete NaN, inf, zero or negative factor raises ``ValueError`` (zero would silently return
-  zeros, NaN a NaN rotation). A traced factor (a ``jax.jit`` argument) cannot raise: a bad one
-  becomes NaN, so the rotation is NaN, never a finite wrong number (the library's poison
-  policy). A valid traced factor costs one scalar select.
+  A concrete NaN, inf, zero or negative factor (or one that overflows float32) raises
+  ``ValueError`` (zero would silently return zeros, NaN a NaN rotation). A traced factor (a
+  ``jax.jit`` argument) cannot raise: a bad one becomes NaN, and :func:`rotate_with_angles`
+  returns all NaN, never a finite wrong number (the library's poison policy). A valid traced
+  factor costs one scalar select.
   """
   if isinstance(attention_factor, jax.core.Tracer):
     if jnp.ndim(attention_factor) != 0:
@@ -310,7 +311,13 @@ def check_attention_factor(attention_factor) -> Array:
   if np.ndim(attention_factor) != 0:
     raise ValueError(
         f"attention_factor must be a scalar, got shape {np.shape(attention_factor)}")
-  return jnp.float32(arg_checks.check_positive_float("attention_factor", attention_factor))
+  factor = arg_checks.check_positive_float("attention_factor", attention_factor)
+  with np.errstate(over="ignore", under="ignore"):
+    as_float32 = np.float32(factor)
+  if not np.isfinite(as_float32) or as_float32 == 0:
+    raise ValueError(
+        f"attention_factor must be a positive finite number in float32, got {attention_factor!r}")
+  return jnp.float32(factor)
 
 
 def _materialized(tables):
@@ -344,7 +351,7 @@ def rotate_with_angles(x: Array, angles: Array, *, layout: str, attention_factor
       ``2i, 2i+1``, complex-number form).
     attention_factor: multiplies both cos and sin, so q.k logits scale by its square (HF's
       ``attention_scaling``; YaRN / LongRoPE). Finite and > 0: a concrete bad value raises
-      ``ValueError``; a traced one (under ``jax.jit``) makes the output NaN.
+      ``ValueError``; a traced one (under ``jax.jit``) makes the whole output NaN.
     per_head: whether ``angles`` carry a heads axis.
 
   Returns:
@@ -370,7 +377,10 @@ def rotate_with_angles(x: Array, angles: Array, *, layout: str, attention_factor
   out = out.astype(x.dtype)
   if rotated == x.shape[-1]:
     return out
-  return jnp.concatenate([out, x[..., rotated:]], axis=-1)
+  passed = x[..., rotated:]
+  if isinstance(attention_factor, jax.core.Tracer):  # A bad traced factor poisons every channel.
+    passed = passed * jnp.where(jnp.isnan(factor), jnp.nan, 1.0).astype(x.dtype)
+  return jnp.concatenate([out, passed], axis=-1)
 
 
 def apply_rope(x: Array, positions: Array, inv_freq: Array, *, layout: str,

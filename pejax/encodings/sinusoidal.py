@@ -120,5 +120,7 @@ def sinusoidal_table(
     ValueError: on `num_positions < 1` and the errors of `sinusoidal_embedding`.
   """
   num_positions = arg_checks.check_positive_int("num_positions", num_positions)
+  if num_positions > 2 ** 31:
+    raise ValueError(f"num_positions must be <= 2**31 (int32 positions), got {num_positions}")
   positions = jnp.arange(num_positions, dtype=jnp.int32)
   return sinusoidal_embedding(positions, dim, base=base, dtype=dtype)
