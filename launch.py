@@ -10,7 +10,7 @@ Examples (tests/test_doc_examples.py runs every one of them):
     python launch.py --workdir=runs/alibi-L128 --pe=alibi
     python launch.py --workdir=runs/alibi-L128 --eval_only --eval_lens=256,512 --eval_name=long
     python launch.py --study=extrapolation --quick      # a study: sweep, report.md, plots
-    python -m pejax.compare runs/alibi-L128 runs/rope-L128-stdlib-*
+    python -m pejax.compare runs/*                       # one table and one plot
 
 One config (``--config``, a ``get_config()`` file, default experiments/configs/default.py), one
 override mechanism (``--config.<path>=value``) and a few aliases (``--pe`` = ``--config.pe.name``,
@@ -25,6 +25,7 @@ same command resumes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -68,10 +69,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                  argv: Optional[Sequence[str]] = None) -> None:
   """Defines launch.py's flags in ``flag_values`` (``argv``: the command line, for overrides)."""
   fv = dict(flag_values=flag_values)
-  config_flags.DEFINE_config_file(
-      "config", os.path.relpath(os.path.join(CONFIGS_DIR, "default.py")), "Experiment config file (a get_config() module in "
-      "experiments/configs/); override any field with --config.<path>=value (listed above).",
-      sys_argv=list(argv) if argv is not None else None, **fv)
+  with _config_field_errors(sys.argv if argv is None else argv):  # Parses the default file.
+    config_flags.DEFINE_config_file(
+        "config", os.path.relpath(os.path.join(CONFIGS_DIR, "default.py")), "Experiment config "
+        "file (a get_config() module in experiments/configs/); override any field with "
+        "--config.<path>=value (listed above).",
+        sys_argv=list(argv) if argv is not None else None, **fv)
   flags.DEFINE_string("workdir", None, "Run directory (default runs/<pe>[-<scaling>]-L<len>-"
                       "<data>-<hash>); for --study, the report directory.", **fv)
   flags.DEFINE_bool("eval_only", False, "Evaluate the run in --workdir with its own config "
@@ -189,6 +192,24 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> in
   return experiment.EXIT_CODES.get(result.stop_reason, 0)
 
 
+@contextlib.contextmanager
+def _config_field_errors(argv: Sequence[str]):
+  """A ``--config.<path>`` naming no field raises ``flags.Error`` (not a raw KeyError)."""
+  try:
+    yield
+  except (AttributeError, KeyError) as e:  # ml_collections: an override of a missing field.
+    given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    raise flags.IllegalFlagValueError(
+        f"no config field {str(e).strip(chr(34))} (in {', '.join(given)}); python launch.py "
+        "--help lists them") from None
+
+
+def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+  """``flag_values(argv)``; a ``--config.<path>`` naming no field is a ``flags.Error`` too."""
+  with _config_field_errors(argv):
+    return flag_values(list(argv))
+
+
 def run(argv: Sequence[str]) -> int:
   """Parses ``argv`` (``["launch.py", "--pe=alibi", ...]``) into fresh flags and runs it.
 
@@ -197,7 +218,7 @@ def run(argv: Sequence[str]) -> int:
   """
   flag_values = flags.FlagValues()
   define_flags(flag_values, argv)
-  return main(flag_values(list(argv)), flag_values)
+  return main(parse_flags(argv, flag_values), flag_values)
 
 
 def _help_doc() -> str:
@@ -210,7 +231,11 @@ def _help_doc() -> str:
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   __doc__ = _help_doc()  # pylint: disable=redefined-builtin
-  define_flags()
+  try:
+    define_flags()
+  except flags.Error as e:
+    print(f"launch.py: error: {e}", file=sys.stderr)
+    sys.exit(2)
 
   def _main(argv: Sequence[str]) -> None:
     try:
@@ -219,4 +244,4 @@ if __name__ == "__main__":
       print(f"launch.py: error: {e}", file=sys.stderr)
       sys.exit(2)
 
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)

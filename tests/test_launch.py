@@ -1,22 +1,36 @@
-"""End-to-end tests of `python launch.py` and `train_and_evaluate` with tiny settings."""
+"""Tests of `launch.py` and `train_and_evaluate` with tiny settings.
+
+Most commands run in-process through ``launch.run(argv)`` (the path the command line takes);
+only two start an interpreter: the SIGTERM preemption and the shape of a usage error / --help
+on the real command line.
+"""
 
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
+from absl import app
+from absl import flags
 from absl.testing import absltest
-from flax import nnx
-import jax
-import numpy as np
+from absl.testing import parameterized
 
+import launch
+from pejax import compare
 from pejax import experiment_config
-from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The tiniest model: 1 layer, d_model 32, train_len 32, 256 eval tokens.
+TINY = ["--config.model.num_layers=1", "--config.model.d_model=32",
+        "--config.model.num_heads=2", "--config.data.batch_size=4", "--train_len=32",
+        "--config.optim.warmup_steps=1", "--config.train.log_every=2",
+        "--config.train.eval_every=4", "--config.train.checkpoint_every=4",
+        "--config.eval.num_tokens=256", "--eval_lens=32,64"]
 
 
 def _tiny_config(workdir, **overrides):
@@ -29,118 +43,277 @@ def _tiny_config(workdir, **overrides):
   config.optim.warmup_steps = 2
   config.eval.lens = "32,64"
   config.eval.num_tokens = 256
-  for path, value in overrides.items():
-    node = config
-    *parents, leaf = path.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  config.update_from_flattened_dict(overrides)
   return config
 
 
-def _run_launch(*args, timeout=300, reexec=True):
-  """Runs launch.py; ``reexec=False`` skips its allocator re-execution (usage-error tests)."""
+def _launch(*args):
+  return launch.run(["launch.py", *args])
+
+
+def _run_launch(*args, timeout=300, reexec=True, **kwargs):
+  """Runs launch.py in its own interpreter."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("PEJAX_RUNTIME_ENV_APPLIED", None)
   if not reexec:
     env["PEJAX_NO_RUNTIME_ENV"] = "1"
-  return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.Popen([sys.executable, str(ROOT / "launch.py"), *args], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def _params(workdir, config):
-  """The model parameters of the latest checkpoint in ``workdir`` as numpy leaves."""
-  model = experiment.Decoder(experiment.decoder_config_from(config), rngs=nnx.Rngs(123))
-  with checkpoint_lib.Checkpointer(pathlib.Path(workdir) / "checkpoints",
-                                   config=config) as ckpt:
-    restored = ckpt.restore(model)
-  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
-  return restored.step, [np.asarray(x) for x in leaves]
+def _listing(directory):
+  return sorted((str(p.relative_to(directory)), p.stat().st_mtime_ns)
+                for p in pathlib.Path(directory).rglob("*") if p.is_file())
 
 
-class LaunchTest(absltest.TestCase):
+class CommandLineTest(absltest.TestCase):
+  """The two claims that need a real interpreter."""
 
-  def test_end_to_end_through_launch(self):
-    workdir = self.create_tempdir().full_path
-    proc = _run_launch("--pe=alibi", "--steps=12", "--train_len=32", "--batch_size=4",
-                       "--num_layers=1", "--d_model=32", "--num_heads=2", "--eval_lens=32,64",
-                       "--eval_tokens=256", f"--workdir={workdir}", "--eval_mode=both")
-    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    self.assertIn("ppl nonoverlap", proc.stdout)
-    self.assertIn("ppl sliding", proc.stdout)
-    for name in ("results.json", "results.csv", "perplexity_vs_length.png", "metrics.jsonl",
-                 "config.json", "results.md"):
-      self.assertTrue((pathlib.Path(workdir) / name).exists(), name)
-    results = json.loads((pathlib.Path(workdir) / "results.json").read_text())
-    rows = results["perplexity"]["alibi"]
-    self.assertEqual(sorted({(r["length"], r["mode"]) for r in rows}),
-                     [(32, "nonoverlap"), (32, "sliding"), (64, "nonoverlap"), (64, "sliding")])
-    self.assertTrue(all(r["perplexity"] > 1 for r in rows))
-    metrics = [json.loads(line) for line in
-               (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-    self.assertTrue(any(m["split"] == "eval" for m in metrics))
+  def test_sigterm_saves_skips_evaluation_exits_143_and_the_same_command_resumes(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    args = ["--pe=alibi", "--steps=20", f"--workdir={workdir}", *TINY,
+            "--config.train.log_every=1", "--config.train.eval_every=0"]
+    proc = _run_launch(*args, reexec=False)
+    try:
+      for line in proc.stdout:  # Wait until training runs, then preempt.
+        if line.startswith("step ") and "/20" in line:
+          proc.send_signal(signal.SIGTERM)
+          break
+      out, err = proc.communicate(timeout=300)
+    finally:
+      proc.kill()
+    self.assertEqual(proc.returncode, 143, err[-3000:])
+    self.assertIn("evaluation skipped", out)
+    self.assertFalse((workdir / "results.json").exists())  # Never reported as finished.
+    status = json.loads((workdir / "status.json").read_text())
+    self.assertEqual(status["state"], "preempted")
+    self.assertFalse(experiment.is_finished(workdir))
+    stopped_at = status["step"]
+    self.assertLess(stopped_at, 20)
+    # The identical command resumes and finishes (in-process: the same main).
+    self.assertEqual(_launch(*args), 0)
+    self.assertTrue(experiment.is_finished(workdir))
+    records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in records if r["split"] == "train"]
+    self.assertEqual(train_steps, list(range(1, 21)))  # One uninterrupted log.
 
-  def test_bad_flags_give_one_line_usage_errors(self):
-    for args, expected in ((["--pe=foo"], "alibi"), (["--rope_scaling=magic"], "yarn"),
-                           (["--steps=0"], "steps"), (["--eval_mode=both,sliding"], "nonoverlap"),
-                           (["--eval_lens=64,abc", "--steps=1"], "eval_lens")):
-      proc = _run_launch(*args, timeout=120, reexec=False)
-      self.assertNotEqual(proc.returncode, 0, args)
-      self.assertIn(expected, proc.stderr, args)
-      self.assertNotIn("Traceback", proc.stderr, args)
+  def test_help_and_usage_error_on_the_real_command_line(self):
+    proc = _run_launch("--help", reexec=False)
+    out, err = proc.communicate(timeout=120)  # absl's --help exits 1.
+    for group in ("model (--config.model.<field>):", "positional encoding (--config.pe.",
+                  "data (--config.data.", "optimizer (--config.optim.",
+                  "evaluation (--config.eval.", "run (--config.train.", "mesh (--config.mesh."):
+      self.assertIn(group, out)
+    self.assertIn("--config.model.d_model=128", out)
+    self.assertIn("--config.pe.rope_original_max_position=0", out)
+    self.assertIn("--config.optim.weight_decay=0.1", out)
+    self.assertIn("--eval_only", out)
+    self.assertIn("--quick", out)
+    proc = _run_launch("--config.optim.learning_rate=nan", reexec=False)
+    out, err = proc.communicate(timeout=120)
+    self.assertEqual(proc.returncode, 2)
+    self.assertEqual(err.strip().splitlines(),
+                     ["launch.py: error: optim.learning_rate must be a finite number, got nan"])
 
-  def test_bad_data_name_is_a_usage_error(self):
-    proc = _run_launch("--data=/no/such/corpus", "--steps=1", timeout=120, reexec=False)
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertIn("stdlib", proc.stderr)
-    self.assertNotIn("Traceback", proc.stderr)
+
+class UsageErrorTest(parameterized.TestCase):
+  """Every bad command is a clear usage error naming the settings (in-process)."""
+
+  @parameterized.named_parameters(
+      ("unknown_pe", ["--pe=foo"], flags.Error, "alibi"),
+      ("unknown_scaling", ["--rope_scaling=magic"], flags.Error, "yarn"),
+      ("zero_steps", ["--steps=0"], flags.Error, "steps"),
+      ("unknown_field", ["--config.model.nope=1"], flags.Error, "nope"),
+      ("bad_eval_lens", ["--eval_lens=64,abc"], app.UsageError, "eval_lens"),
+      ("bad_eval_mode", ["--config.eval.mode=both,sliding"], app.UsageError, "nonoverlap"),
+      ("bad_data", ["--data=/no/such/corpus"], app.UsageError, "stdlib"),
+      ("scaling_on_alibi", ["--pe=alibi", "--rope_scaling=yarn", "--rope_factor=4"],
+       app.UsageError, r"pe.rope_scaling='yarn' has no effect with pe.name='alibi'"),
+      ("eval_scaling_on_alibi", ["--pe=alibi", "--config.eval.rope_scaling=yarn"],
+       app.UsageError, r"eval.rope_scaling='yarn' has no effect with pe.name='alibi'"),
+      ("eval_factor_alone", ["--config.eval.rope_factor=4"], app.UsageError,
+       r"eval.rope_factor=4.0 has no effect without eval.rope_scaling"),
+      ("factor_alone", ["--rope_factor=4"], app.UsageError,
+       r"pe.rope_factor=4.0 has no effect with pe.rope_scaling='none'"),
+      ("original_length_alone", ["--config.pe.rope_original_max_position=64"],
+       app.UsageError, r"rope_original_max_position=64 has no effect"),
+      ("t5_buckets_on_rope", ["--config.pe.t5_num_buckets=8"], app.UsageError,
+       r"pe.t5_num_buckets=8 has no effect with pe.name='rope'"),
+      ("stride_nonoverlap", ["--config.eval.sliding_stride=8"], app.UsageError,
+       r"sliding_stride=8 has no effect with eval.mode='nonoverlap'"),
+      ("passkey_on_task", ["--data=copy", "--config.eval.passkey=True"], app.UsageError,
+       r"eval.passkey=True has no effect with data.name='copy'"),
+      ("nan", ["--config.optim.learning_rate=nan"], app.UsageError,
+       "optim.learning_rate must be a finite number, got nan"),
+      ("inf", ["--rope_scaling=yarn", "--rope_factor=inf"], app.UsageError,
+       "pe.rope_factor must be a finite number, got inf"),
+      ("quick_without_study", ["--quick"], app.UsageError, "--quick only takes effect with"),
+      ("eval_name_without_eval_only", ["--eval_name=x"], app.UsageError,
+       "--eval_name only takes effect with --eval_only"),
+      ("eval_only_without_workdir", ["--eval_only"], app.UsageError,
+       "--eval_only needs"),
+      ("study_and_config", ["--study=extrapolation",
+                            "--config=experiments/configs/default.py"], app.UsageError,
+       "picks its own config file"),
+      ("study_owned", ["--study=extrapolation", "--pe=rope"], app.UsageError,
+       "does not take --pe"),
+      ("study_owned_config", ["--study=extrapolation", "--config.eval.lens=64"],
+       app.UsageError, "does not take --config.eval.lens"),
+      ("unknown_study", ["--study=nope"], flags.Error, "extrapolation"),
+  )
+  def test_usage_error(self, args, error, message):
+    with self.assertRaisesRegex(error, message):
+      _launch(*args, "--workdir=" + self.create_tempdir().full_path + "/run")
+
+  def test_workdir_under_a_file(self):
+    file_path = self.create_tempfile().full_path
+    with self.assertRaisesRegex(app.UsageError, "is below .*which is a file"):
+      _launch(f"--workdir={file_path}/run")
+
+
+class RunRecordTest(absltest.TestCase):
+  """A run directory is a record: settings fixed, evaluations never overwritten."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = pathlib.Path(tempfile.mkdtemp(prefix="run_record"))
+    cls.workdir = cls.root / "alibi"
+    cls.args = ["--pe=alibi", "--steps=4", f"--workdir={cls.workdir}", *TINY]
+    assert _launch(*cls.args) == 0
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_other_training_settings_fail_before_anything_is_written(self):
+    before = _listing(self.workdir)
+    config_text = (self.workdir / "config.json").read_text()
+    for args, field in ((["--pe=rope"], "pe.name: run has 'alibi', this command has 'rope'"),
+                        (["--steps=5"], "train.steps: run has 4, this command has 5"),
+                        (["--config.optim.weight_decay=0.0"], "optim.weight_decay")):
+      with self.assertRaisesRegex(app.UsageError, field):
+        _launch(*self.args, *args)
+    self.assertEqual(_listing(self.workdir), before)
+    self.assertEqual((self.workdir / "config.json").read_text(), config_text)
+
+  def test_finished_run_rerun_and_eval_only_never_overwrite(self):
+    results = (self.workdir / "results.json").read_text()
+    self.assertEqual(_launch(*self.args), 0)  # Same command: prints the recorded results.
+    self.assertEqual(_launch(*self.args, "--eval_lens=64,128"), 0)  # Other eval settings.
+    self.assertEqual(_launch(f"--workdir={self.workdir}", "--eval_only", "--eval_lens=128",
+                             "--eval_name=long"), 0)
+    with self.assertRaisesRegex(app.UsageError, "already exists"):
+      _launch(f"--workdir={self.workdir}", "--eval_only", "--eval_name=long")
+    with self.assertRaisesRegex(app.UsageError, "pe.name is a training setting"):
+      _launch(f"--workdir={self.workdir}", "--eval_only", "--pe=rope")
+    self.assertEqual((self.workdir / "results.json").read_text(), results)
+    evals = sorted(p.name for p in (self.workdir / "evals").iterdir())
+    self.assertLen(evals, 2)
+    self.assertIn("long", evals)
+    long = json.loads((self.workdir / "evals" / "long" / "results.json").read_text())
+    self.assertEqual([r["length"] for r in long["perplexity"]["alibi"]], [128])
+    self.assertEqual(long["meta"]["steps"], 4)
+    records = [json.loads(l) for l in (self.workdir / "metrics.jsonl").read_text().splitlines()]
+    names = [r["metrics"]["name"] for r in records if r["split"] == "evaluation"]
+    self.assertEqual(names[0], "results")
+    self.assertIn("long", names)
+    self.assertLen(names, 3)
+    self.assertIn("alibi/nonoverlap/ppl@128", records[-1]["metrics"])
+
+  def test_outputs_final_numbers_loss_plot_and_tensorboard(self):
+    results = json.loads((self.workdir / "results.json").read_text())
+    final = results["meta"]["final"]
+    self.assertEqual(final["train_window"], [3, 4])
+    self.assertEqual(final["valid_step"], 4)
+    self.assertGreater(final["valid_loss"], 0)
+    text = (self.workdir / "results.md").read_text()
+    self.assertIn(f"final train loss {final['train_loss']:.3f} (window mean, steps 3-4)", text)
+    self.assertIn(f"validation loss {final['valid_loss']:.3f} (L=32, step 4)", text)
+    self.assertTrue((self.workdir / "loss_vs_step.png").stat().st_size > 1000)
+    try:
+      import tensorboardX  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      self.skipTest("tensorboardX not installed (optional)")
+    events = list((self.workdir / "tensorboard").glob("events.out.tfevents.*"))
+    self.assertNotEmpty(events)
+    self.assertIn(b"train/loss", events[0].read_bytes())
+
+  def test_compare_prints_one_table_and_one_plot(self):
+    other = self.root / "rope"
+    self.assertEqual(_launch("--steps=4", f"--workdir={other}", *TINY), 0)
+    partial = self.root / "partial"
+    partial.mkdir(exist_ok=True)
+    (partial / "config.json").write_text((other / "config.json").read_text().replace(
+        '"name": "rope"', '"name": "t5"'))
+    (partial / "status.json").write_text('{"state": "preempted", "step": 2}')
+    out = self.root / "cmp.png"
+    text = compare.compare([str(self.workdir), str(other), str(partial)], out=str(out))
+    lines = text.splitlines()
+    self.assertIn("| alibi | name=alibi |", text)
+    self.assertIn("| rope | name=rope |", text)
+    self.assertIn("(preempted, not reported)", text)
+    self.assertIn("ppl@32", lines[1])
+    self.assertTrue(out.exists())
+    self.assertEqual(compare.run_labels(
+        [{"pe": {"name": "rope", "rope_scaling": "yarn", "rope_factor": 4.0}},
+         {"pe": {"name": "rope", "rope_scaling": "none", "rope_factor": 1.0}}]),
+        ["rope_scaling=yarn x4", "rope_scaling=none"])
 
 
 class ExperimentTest(absltest.TestCase):
 
-  def test_resume_after_sigterm_equals_uninterrupted_run(self):
-    straight_dir = self.create_tempdir().full_path
-    straight = _tiny_config(straight_dir)
-    experiment.train_and_evaluate(straight, log=lambda s: None)
+  def test_run_names_are_readable(self):
+    config = _tiny_config("")
+    self.assertRegex(experiment.run_name(config), r"^rope-L32-stdlib-[0-9a-f]{6}$")
+    config.pe.rope_scaling, config.pe.rope_factor = "yarn", 4.0
+    self.assertRegex(str(experiment.default_workdir(config)),
+                     r"^runs/rope-yarnx4-L32-stdlib-[0-9a-f]{6}$")
+    other = _tiny_config("", **{"optim.weight_decay": 0.0})
+    self.assertNotEqual(experiment.run_name(other), experiment.run_name(_tiny_config("")))
 
-    stopped_dir = self.create_tempdir().full_path
-    config = _tiny_config(stopped_dir)
+  def test_preempted_resume_falls_back_past_a_corrupt_checkpoint(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path)
+    config = _tiny_config(workdir, **{"train.checkpoint_every": 2, "train.steps": 6,
+                                      "eval.lens": "32"})
 
-    def stop_at_3(step, metrics):
-      if step == 3:
+    def stop_at_5(step, metrics):
+      if step == 5:
         os.kill(os.getpid(), signal.SIGTERM)
 
-    first = experiment.train_and_evaluate(config, log=lambda s: None, step_callbacks=[stop_at_3])
-    self.assertEqual(first.train.stop_reason, "SIGTERM")
-    self.assertEqual(first.train.final_step, 3)
-    second = experiment.train_and_evaluate(config, log=lambda s: None)
-    self.assertEqual(second.train.start_step, 3)
-    step_a, params_a = _params(straight_dir, straight)
-    step_b, params_b = _params(stopped_dir, config)
-    self.assertEqual((step_a, step_b), (8, 8))
-    for a, b in zip(params_a, params_b):
-      np.testing.assert_array_equal(a, b)
+    first = experiment.train_and_evaluate(config, log=lambda s: None, step_callbacks=[stop_at_5])
+    self.assertEqual((first.stop_reason, first.train.final_step), ("SIGTERM", 5))
+    self.assertEqual(first.tables, {})  # Not evaluated.
+    self.assertFalse((workdir / "results.json").exists())
+    self.assertEqual(experiment.run_status(workdir)["state"], "preempted")
+    # An independent check truncates the newest checkpoint's files.
+    for path in (workdir / "checkpoints" / "5").rglob("*"):
+      if path.is_file():
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    lines = []
+    second = experiment.train_and_evaluate(config, log=lines.append)
+    self.assertEqual((second.train.start_step, second.train.final_step), (4, 6))
+    self.assertTrue(any("checkpoint step 5" in l and "unreadable" in l and "step 4" in l
+                        for l in lines), lines)
+    self.assertTrue(experiment.is_finished(workdir))
+    self.assertTrue((workdir / "checkpoints" / "5.unreadable").is_dir())
 
-  def test_incompatible_checkpoint_names_the_field(self):
-    workdir = self.create_tempdir().full_path
-    experiment.train_and_evaluate(_tiny_config(workdir, **{"train.steps": 2}), log=lambda s: None)
-    with self.assertRaisesRegex(ValueError, "model.d_model"):
-      experiment.train_and_evaluate(_tiny_config(workdir, **{"model.d_model": 16}),
-                                    log=lambda s: None)
-
-  def test_learned_pe_past_table_and_zero_shot_scaling(self):
+  def test_learned_pe_past_table_and_zero_shot_scaling_label_has_the_factor(self):
     workdir = self.create_tempdir().full_path
     result = experiment.train_and_evaluate(
-        _tiny_config(workdir, **{"pe.name": "learned", "train.steps": 2}), log=lambda s: None)
+        _tiny_config(workdir, **{"pe.name": "learned", "train.steps": 2, "eval.lens": "64"}),
+        log=lambda s: None)
     self.assertIn("n/a (table size 32)", result.text)
     workdir = self.create_tempdir().full_path
     result = experiment.train_and_evaluate(
-        _tiny_config(workdir, **{"train.steps": 2, "eval.rope_scaling": "yarn"}),
+        _tiny_config(workdir, **{"train.steps": 2, "eval.rope_scaling": "yarn",
+                                 "eval.lens": "64"}),
         log=lambda s: None)
-    self.assertIn("zero-shot yarn x2", result.text)
+    self.assertIn("rope + zero-shot yarn x2", result.text)
     self.assertLen(result.tables, 2)
 
-  def test_fine_tune_from_another_run_with_scaling_and_longer_length(self):
+  def test_fine_tune_from_another_run_with_yarn_and_its_original_length(self):
     source = self.create_tempdir().full_path
     experiment.train_and_evaluate(_tiny_config(source, **{"train.steps": 2}), log=lambda s: None)
     lines = []
@@ -152,16 +325,11 @@ class ExperimentTest(absltest.TestCase):
                                 "eval.lens": "64"}), log=lines.append)
     self.assertTrue(any(line.startswith("initialized from") for line in lines))
     self.assertEqual(result.train.final_step, 2)
+    self.assertIn("rope + yarn x2", result.tables)  # The legend label names the factor.
     with self.assertRaisesRegex(ValueError, "model.d_model"):
       experiment.train_and_evaluate(
           _tiny_config(self.create_tempdir().full_path,
                        **{"train.init_from": source, "model.d_model": 16}), log=lambda s: None)
-
-  def test_eval_rope_scaling_needs_rope(self):
-    with self.assertRaisesRegex(experiment.ConfigError, "needs pe=rope"):
-      experiment.train_and_evaluate(
-          _tiny_config(self.create_tempdir().full_path,
-                       **{"pe.name": "alibi", "eval.rope_scaling": "yarn"}), log=lambda s: None)
 
   def test_synthetic_task_reports_accuracy(self):
     workdir = self.create_tempdir().full_path

@@ -210,14 +210,14 @@ def train(
             f"config.train.resume is False but {checkpointer.directory} already holds"
             f" checkpoints {checkpointer.all_steps()}; set resume=True to continue that run or"
             " use a fresh workdir")
-      restored = checkpointer.restore(model, optimizer, step=latest)
+      restored = checkpointer.restore(model, optimizer)  # Latest readable (falls back).
       _set_data_state(train_iter, restored.data_state)
       start_step = restored.step
       for bad in restored.skipped:
         log_fn(f"WARNING: checkpoint step {bad} in {checkpointer.directory} is unreadable (moved"
                f" to {bad}.unreadable); falling back to the previous committed step {start_step}")
       log_fn(f"resumed from checkpoint step {start_step} in {checkpointer.directory}")
-    last_checkpoint_step = latest
+    last_checkpoint_step = start_step if latest is not None else None
 
     # Multi-process runs: process 0 owns metrics.jsonl, the others write beside it.
     metrics_dir = workdir if jax.process_index() == 0 else os.path.join(

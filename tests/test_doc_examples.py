@@ -1,0 +1,166 @@
+"""Every command line printed in README.md and in the docstrings of launch.py and the studies runs.
+
+The commands are extracted from the text (so the documentation cannot drift from the code) and
+executed in-process through ``launch.run`` / ``pejax.compare.main``, the functions the command
+line calls, in a scratch directory, with a tiny model appended (later flags win), in the order
+they are printed (an ``--eval_only`` example evaluates the run the previous example trained).
+
+What "runs" means per kind of command:
+  * training / evaluation / compare commands: executed to the end (exit status 0).
+  * study commands (``--study=...``, ``python -m experiments.<name>``): parsed and resolved to
+    the study's ``StudyOptions`` by the same ``launch.run``; the study's ``run(options)`` itself
+    is replaced by a recorder here, because each study's smoke test in tests/experiments/ runs it
+    with tiny settings (a real --quick study takes minutes).
+  * commands that need devices or hosts this machine lacks (a mesh of 8 devices, a multi-host
+    ``--config.mesh.distributed`` / coordinator start): flags parsed and config resolved.
+Usage synopses (text with ``<placeholder>``, ``[optional]`` or ``...`` parts) and non-pejax commands
+(pip, pytest, tensorboard, srun/gcloud wrappers are unwrapped to their launch.py part) are not
+commands to run.
+"""
+
+import contextlib
+import glob
+import os
+import pathlib
+import re
+import shlex
+from unittest import mock
+
+from absl.testing import absltest
+import pytest
+
+import launch
+from pejax import compare
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STUDIES = ("extrapolation", "context_extension", "length_generalization", "passkey_scaling",
+           "training_curves", "gallery")
+TINY = ["--config.model.num_layers=1", "--config.model.d_model=32", "--config.model.num_heads=2",
+        "--config.data.batch_size=4", "--train_len=32", "--steps=2",
+        "--config.optim.warmup_steps=1", "--config.train.log_every=1",
+        "--config.eval.num_tokens=64", "--eval_lens=64"]
+TINY_EVAL = ["--config.eval.num_tokens=64", "--eval_lens=64"]
+
+
+def _command_lines(text: str) -> list[str]:
+  """``python launch.py ...`` / ``python -m ...`` commands in code blocks and inline code."""
+  text = text.replace("\\\n", " ")  # Continued lines.
+  commands = []
+  for chunk in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S) + re.findall(
+      r"`([^`\n]*python [^`\n]*)`", text):
+    for line in chunk.splitlines():
+      commands.append(line)
+  for line in text.splitlines():  # Indented examples in docstrings.
+    if re.match(r"^\s{4}python ", line):
+      commands.append(line)
+  found = []
+  for line in commands:
+    match = re.search(r"python (launch\.py|-m (?:pejax\.compare|experiments\.\w+))(.*)", line)
+    if not match:
+      continue
+    command = (match.group(0).split(" #")[0]).strip().rstrip('"')
+    if "<" in command or "[" in command or "..." in command:
+      continue  # A usage synopsis, not a command.
+    if command not in found:
+      found.append(command)
+  return found
+
+
+def documented_commands() -> list[tuple[str, str]]:
+  """``(source, command)`` for every command in README.md and the docstrings, in order."""
+  sources = [("README.md", (ROOT / "README.md").read_text()),
+             ("launch.py", launch.__doc__)]
+  for name in STUDIES:
+    sources.append((f"experiments/{name}.py", (ROOT / "experiments" / f"{name}.py").read_text()
+                    .split('"""')[1]))
+  out = []
+  for source, text in sources:
+    for command in _command_lines(text):
+      if command not in [c for _, c in out]:
+        out.append((source, command))
+  return out
+
+
+def _needs_absent_devices(args: list[str]) -> bool:
+  joined = " ".join(args)
+  return ("mesh.distributed" in joined or "coordinator_address" in joined
+          or re.search(r"mesh\.spec=\S*(data=(?!1\b)|model=|fsdp=)", joined) is not None)
+
+
+class DocExamplesTest(absltest.TestCase):
+
+  def test_the_documentation_has_commands(self):
+    commands = [c for _, c in documented_commands()]
+    self.assertIn("python launch.py", commands)
+    self.assertTrue(any("--eval_only" in c for c in commands))
+    self.assertTrue(any("pejax.compare" in c for c in commands))
+    self.assertTrue(any("--config=experiments/configs/" in c for c in commands))
+    self.assertTrue(any("experiments.extrapolation" in c for c in commands))
+
+  @pytest.mark.slow
+  def test_every_documented_command_runs(self):
+    scratch = self.create_tempdir().full_path
+    recorded = []
+    with contextlib.ExitStack() as stack:
+      stack.enter_context(_chdir(scratch))
+      for name in STUDIES:
+        module = __import__(f"experiments.{name}", fromlist=["run"])
+        stack.enter_context(mock.patch.object(
+            module, "run", lambda options, _name=name: recorded.append((_name, options))))
+      for source, command in documented_commands():
+        with self.subTest(source=source, command=command):
+          self._run(command, recorded)
+
+  def _run(self, command: str, recorded: list) -> None:
+    words = shlex.split(command)
+    if words[2:] == ["--help"]:  # absl prints this text (the subprocess test in test_launch).
+      text = launch._help_doc()  # pylint: disable=protected-access
+      self.assertIn("--config.model.d_model=128", text)
+      return
+    args = [w.replace("experiments/configs/", f"{ROOT}/experiments/configs/") for w in words[2:]]
+    if words[1] == "-m" and words[2] == "pejax.compare":
+      runs = [p for a in args[1:] for p in sorted(glob.glob(a))]
+      self.assertNotEmpty(runs, command)
+      self.assertEqual(compare.main(runs + ["--out=compare.png"]), 0)
+      self.assertTrue(os.path.exists("compare.png"))
+      return
+    if words[1] == "-m" and words[2] == "experiments.image_grid":
+      # Its own package and flags (no training config); tests/experiments/test_image_grid.py
+      # runs it with tiny settings.
+      self.assertTrue(callable(__import__("experiments.image_grid.__main__",
+                                          fromlist=["main"]).main))
+      return
+    if words[1] == "-m":  # python -m experiments.<name> ... == launch.py --study=<name> ...
+      args = [f"--study={words[2].split('.')[1]}"] + args[1:]
+    if any(a.startswith(("--study", "--config=" + str(ROOT) + "/experiments/configs/" + s))
+           for a in args for s in STUDIES):
+      before = len(recorded)
+      self.assertEqual(launch.run(["launch.py", *args]), 0, command)
+      self.assertLen(recorded, before + 1, command)
+      name, options = recorded[-1]
+      self.assertIn(name, command)
+      self.assertEqual(options.quick, "--quick" in args or "study.quick=True" in command)
+      return
+    if _needs_absent_devices(args):
+      flag_values = launch.flags.FlagValues()
+      launch.define_flags(flag_values, ["launch.py", *args])
+      launch.parse_flags(["launch.py", *args], flag_values)
+      config, _, _ = launch.resolve_config(flag_values)
+      self.assertTrue(config.mesh.spec or config.mesh.distributed)
+      return
+    tiny = TINY_EVAL if "--eval_only" in args else TINY
+    self.assertEqual(launch.run(["launch.py", *args, *tiny]), 0, command)
+
+
+@contextlib.contextmanager
+def _chdir(path):
+  previous = os.getcwd()
+  os.chdir(path)
+  try:
+    yield
+  finally:
+    os.chdir(previous)
+
+
+if __name__ == "__main__":
+  absltest.main()
