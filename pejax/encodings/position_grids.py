@@ -65,8 +65,13 @@ def check_grid_positions(positions: Any, *, num_axes: int | None = None) -> jax.
     The positions as a jax array (integer dtype kept, floats as float32).
 
   Raises:
-    ValueError: naming ``positions`` for rank < 2, a wrong A or a low-precision dtype.
+    ValueError: naming ``positions`` for rank < 2, a wrong A, a low-precision dtype or
+      (concrete) integers outside int32, which JAX would otherwise wrap silently.
   """
+  if not isinstance(positions, jax.Array):  # NumPy / lists: int64 must fit in int32.
+    host = np.asarray(positions)
+    if np.issubdtype(host.dtype, np.integer):
+      positions = arg_checks.check_integer_array("positions", host)
   positions = jnp.asarray(positions)
   arg_checks.check_min_rank("positions", positions, 2, "[..., N, A]")
   if num_axes is not None and positions.shape[-1] != num_axes:
