@@ -316,7 +316,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   table(zero, settings.scalings, f"**Zero-shot perplexity** (trained at L = {settings.train_len})")
   png = study_report.plot_curves(
       workdir / "context_extension_zero_shot.png",
-      {n: [(l, s["mean"], s["min"], s["max"]) for l, s in zero[n].items()]
+      {(n if n == "none" else f"{n} x(eval_len / {settings.train_len})"):
+       [(l, s["mean"], s["min"], s["max"]) for l, s in zero[n].items()]
        for n in settings.scalings if n in zero},
       xlabel="evaluation length (bytes)", ylabel="perplexity", logx=True, logy=True,
       vline=settings.train_len, vline_label=f"train length {settings.train_len}",
@@ -325,7 +326,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   table(tuned, settings.finetune_scalings,
         f"**After fine-tuning at {settings.finetune_len}** ({settings.finetune_steps} steps, "
         f"factor {settings.finetune_multiplier}; `none` = no scaling)")
-  series = {f"fine-tuned {n}": [(l, s["mean"], s["min"], s["max"]) for l, s in tuned[n].items()]
+  series = {(f"fine-tuned {n}" + (f" x{settings.finetune_multiplier:g}" if n != "none" else "")):
+            [(l, s["mean"], s["min"], s["max"]) for l, s in tuned[n].items()]
             for n in settings.finetune_scalings if n in tuned}
   series["base, no scaling"] = [(l, s["mean"]) for l, s in zero.get("none", {}).items()]
   png = study_report.plot_curves(

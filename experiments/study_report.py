@@ -316,7 +316,8 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
 
 def describe_losses(info: RunInfo) -> str:
   parts = [f"step {info.steps}"]
-  for name, value in (("train loss", info.train_loss), ("valid loss", info.valid_loss),
+  for name, value in (("final train loss (window mean)", info.train_loss),
+                      ("validation loss (train length)", info.valid_loss),
                       ("unigram", info.unigram_loss)):
     if value is not None:
       parts.append(f"{name} {value:.3f}")
@@ -650,10 +651,14 @@ def plot_curves(path: os.PathLike | str, series: Mapping[str, Sequence[tuple]], 
       ax.xaxis.set_major_formatter(plain)
       ax.xaxis.set_minor_formatter(ticker.NullFormatter())
   if logy:
+    # Round ticks over the data's range: a log axis spanning less than a decade otherwise gets
+    # a single labelled tick.
+    from pejax.eval import report as eval_report  # pylint: disable=g-import-not-at-top
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
-    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ys = [v for points in series.values() for p in points for v in p[1:]
+          if v is not None and math.isfinite(v) and v > 0]
+    if ys:
+      eval_report.set_readable_log_ticks(ax.yaxis, min(ys), max(ys))
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title)

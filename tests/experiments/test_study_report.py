@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
-import sys
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -118,21 +117,68 @@ class CacheTest(absltest.TestCase):
 
 
 class LaunchStudyFlagTest(absltest.TestCase):
-  """``launch.py --study=<name>``: bad combinations are one-line usage errors."""
+  """``launch.py --study=<name>``: bad combinations are usage errors (in-process)."""
 
   def test_usage_errors(self):
-    root = pathlib.Path(__file__).resolve().parents[2]
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PEJAX_NO_RUNTIME_ENV="1")  # No allocator re-exec.
+    import launch  # pylint: disable=g-import-not-at-top
+    from absl import app  # pylint: disable=g-import-not-at-top
+    from absl import flags  # pylint: disable=g-import-not-at-top
     for args, message in (
-        (["--study=nope"], "--study must be one of .*extrapolation"),
+        (["--study=nope"], "extrapolation"),
         (["--study=extrapolation", "--pe=rope"], "does not take --pe"),
-        (["--study=extrapolation", "--override=model.nope=1"], "model.nope"),
-        (["--quick"], "--quick only take effect with --study"),
+        (["--study=extrapolation", "--config.model.nope=1"], "model.nope"),
+        (["--quick"], "--quick only takes effect with --study"),
     ):
-      proc = subprocess.run([sys.executable, str(root / "launch.py"), *args], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=300)
-      self.assertNotEqual(proc.returncode, 0)
-      self.assertRegex(proc.stderr, message)
+      with self.assertRaisesRegex((app.UsageError, flags.Error), message):
+        launch.run(["launch.py", *args])
+
+  def test_study_config_files_and_overrides_reach_the_study(self):
+    import launch  # pylint: disable=g-import-not-at-top
+    from experiments import extrapolation  # pylint: disable=g-import-not-at-top
+    seen = []
+    with mock.patch.object(extrapolation, "run", seen.append):
+      launch.run(["launch.py", "--study=extrapolation", "--quick", "--seeds=0,1", "--steps=7",
+                  "--config.model.d_model=48", "--workdir=/tmp/report"])
+      root = pathlib.Path(__file__).resolve().parents[2]
+      launch.run(["launch.py", f"--config={root}/experiments/configs/extrapolation.py",
+                  "--config.study.runs_dir=/tmp/models"])
+    quick, full = seen
+    self.assertEqual((quick.quick, quick.seeds, quick.workdir), (True, (0, 1), "/tmp/report"))
+    self.assertEqual(dict(quick.overrides), {"model.d_model": 48, "train.steps": 7})
+    self.assertEqual((full.quick, full.seeds, full.runs_dir, dict(full.overrides)),
+                     (False, (), "/tmp/models", {}))
+
+
+class ReadablePlotsTest(absltest.TestCase):
+
+  def test_log_axis_under_a_decade_gets_several_round_labelled_ticks(self):
+    from pejax.eval import report  # pylint: disable=g-import-not-at-top
+    for low, high in ((8.5, 19.5), (6.7, 27.2), (1.02, 1.3), (120.0, 9000.0)):
+      ticks = report.readable_log_ticks(low, high)
+      self.assertGreaterEqual(len(ticks), 3, (low, high))
+      self.assertLessEqual(len(ticks), 8, (low, high))
+      self.assertTrue(all(low * 0.99 <= t <= high * 1.01 for t in ticks), (low, high, ticks))
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    fig, ax = plt.subplots()
+    ax.plot([128, 2048], [8.5, 19.5])
+    ax.set_yscale("log")
+    report.set_readable_log_ticks(ax.yaxis, 8.5, 19.5)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    plt.close(fig)
+    self.assertEqual(labels, ["10", "12", "15"])
+    self.assertGreaterEqual(len(labels), 3)
+
+  def test_plot_curves_log_y_uses_the_readable_ticks(self):
+    from pejax.eval import report  # pylint: disable=g-import-not-at-top
+    path = pathlib.Path(self.create_tempdir().full_path) / "p.png"
+    with mock.patch.object(report, "set_readable_log_ticks") as ticks:
+      study_report.plot_curves(path, {"rope + yarn x4": [(128, 8.5), (2048, 19.5, 18.0, 21.0)]},
+                               xlabel="L", ylabel="ppl", logx=True, logy=True)
+    self.assertEqual(ticks.call_args.args[1:], (8.5, 21.0))
+    self.assertTrue(path.exists())
 
 
 if __name__ == "__main__":
