@@ -103,7 +103,14 @@ class T5RelativeBias(nnx.Module):
                                    batch_shape + q_positions.shape[-1:])
     k_positions = jnp.broadcast_to(k_positions.astype(jnp.int32),
                                    batch_shape + k_positions.shape[-1:])
-    relative_position = k_positions[..., None, :] - q_positions[..., :, None]  # [..., Lq, Lk]
+    k, q = k_positions[..., None, :], q_positions[..., :, None]
+    relative_position = k - q  # [..., Lq, Lk]
+    # |k - q| >= 2**31 wraps in int32 (a finite wrong bucket): saturate it instead; every
+    # distance past max_distance falls in the last bucket anyway.
+    wrapped = ((k ^ q) & (k ^ relative_position)) < 0
+    relative_position = jnp.where(
+        wrapped, jnp.where(k > q, jnp.iinfo(jnp.int32).max, jnp.iinfo(jnp.int32).min),
+        relative_position)
     buckets = t5_relative_position_bucket(
         relative_position, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
         max_distance=self.max_distance)
