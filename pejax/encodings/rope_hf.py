@@ -16,11 +16,31 @@ Hugging Face models rotate in the ``"half"`` layout, which is what this reader r
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
+import warnings
 
 from pejax.encodings import rope_scaling as scalings
 from pejax.encodings.rope import RopeConfig
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+
+# Keys each rope_type reads, as in transformers' rope_config_validation (any type also takes
+# rope_type / type, rope_theta and partial_rotary_factor).
+_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+ROPE_TYPE_KEYS = {
+    "default": frozenset(),
+    "linear": frozenset({"factor"}),
+    "dynamic": frozenset({"factor", "original_max_position_embeddings"}),
+    "yarn": frozenset({"factor", "original_max_position_embeddings", "attention_factor",
+                       "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"}),
+    "llama3": frozenset({"factor", "original_max_position_embeddings", "low_freq_factor",
+                         "high_freq_factor"}),
+    "longrope": frozenset({"short_factor", "long_factor", "original_max_position_embeddings",
+                           "attention_factor", "factor"}),
+}
+
+
+class UnknownRopeKeyWarning(UserWarning):
+  """The rope section of a config has keys its ``rope_type`` does not read (ignored)."""
 
 
 def _require(mapping: Mapping[str, Any], key: str, where: str) -> Any:
@@ -88,12 +108,18 @@ def _head_dim(config: Mapping[str, Any]) -> int:
   return hidden // heads
 
 
-def rope_config_from_hf(config: Mapping[str, Any]) -> RopeConfig:
+def rope_config_from_hf(config: Mapping[str, Any], *, strict: bool = False) -> RopeConfig:
   """Builds a :class:`RopeConfig` from a Hugging Face ``config.json`` dict.
+
+  Keys of the rope section that its ``rope_type`` does not read (e.g. ``low_freq_factor`` under
+  ``yarn``, or a misspelt ``beta_fats``) would be ignored: like ``transformers``'
+  ``rope_config_validation`` this warns (:class:`UnknownRopeKeyWarning`) naming them, or raises
+  with ``strict=True``.
 
   Args:
     config: the parsed ``config.json`` (older ``rope_theta`` + ``rope_scaling`` form or newer
       ``rope_parameters`` form).
+    strict: raise ``ValueError`` on unknown rope keys instead of warning.
 
   Returns:
     A ``RopeConfig`` in the ``"half"`` layout whose :func:`rope_inv_freq` equals
@@ -109,6 +135,15 @@ def rope_config_from_hf(config: Mapping[str, Any]) -> RopeConfig:
   if rope_type not in SUPPORTED_ROPE_TYPES:
     raise ValueError(
         f"config rope_type must be one of {list(SUPPORTED_ROPE_TYPES)}, got {rope_type!r}")
+  section = "rope_parameters" if config.get("rope_parameters") is not None else "rope_scaling"
+  given = set(config.get(section) or {})
+  unknown = sorted(given - _COMMON_KEYS - ROPE_TYPE_KEYS[rope_type])
+  if unknown:
+    message = (f"config {section} has keys that rope_type {rope_type!r} does not use (ignored): "
+               f"{unknown}; it reads {sorted(ROPE_TYPE_KEYS[rope_type] | _COMMON_KEYS)}")
+    if strict:
+      raise ValueError(message)
+    warnings.warn(message, UnknownRopeKeyWarning, stacklevel=2)
   head_dim = _head_dim(config)
   base = _number(params["rope_theta"], "rope_theta")
   partial = _number(params.get("partial_rotary_factor", 1.0), "partial_rotary_factor")
