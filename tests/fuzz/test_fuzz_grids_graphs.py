@@ -86,6 +86,9 @@ def test_grid_positions(grid, scale):
   if len(grid) == 2:
     np.testing.assert_array_equal(position_grids.image_positions(*grid, scale=scale),
                                   eager.value)
+    if scale is None:
+      fz.assert_close(sinusoidal_2d.sinusoidal_2d_table(*grid, 8),
+                      sinusoidal_2d.sinusoidal_2d_embedding(eager.value, 8), atol=0)
   if len(grid) == 3:
     np.testing.assert_array_equal(position_grids.video_positions(*grid, scale=scale),
                                   eager.value)
@@ -263,7 +266,16 @@ def test_graph_encodings(graph, num_nodes, k):
     expected.append(np.diag(powers))
   fz.assert_close(walk.value, np.stack(expected, -1), atol=1e-5)
   fz.check_jit(lambda: _jit_random_walk(adjacency, k=k), walk, names, atol=1e-5)
+  fz.assert_close(graph_random_walk.random_walk_pe_from_edges(edges, num_nodes=n, k=k,
+                                                              weights=w), walk.value, atol=0)
   pe = graph_laplacian.laplacian_pe(adjacency, k=k)
+  from_edges = graph_laplacian.laplacian_pe_from_edges(edges, num_nodes=n, k=k, weights=w)
+  fz.assert_close(tuple(from_edges), tuple(pe), atol=0)
+  flipped = np.asarray(graph_laplacian.random_sign_flip(jax.random.key(k), pe.vectors))
+  original = np.asarray(pe.vectors)
+  for j in range(k):  # each column kept or negated as a whole
+    assert np.array_equal(flipped[:, j], original[:, j]) or np.array_equal(flipped[:, j],
+                                                                           -original[:, j])
   vectors, values, mask = (np.asarray(t, np.float64) for t in pe)
   mask = mask.astype(bool)
   fz.assert_finite(pe.vectors)
