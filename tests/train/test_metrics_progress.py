@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from unittest import mock
 
 import jax.numpy as jnp
 import numpy as np
@@ -70,6 +71,38 @@ class MetricsWriterTest(parameterized.TestCase):
       writer.write(1, "eval", {"loss": 1.0})
     self.assertEqual(metrics_lib.read_metrics(self.workdir), metrics_lib.read_metrics(self.path))
     self.assertEqual(metrics_lib.read_metrics(self.path)[0]["split"], "eval")
+
+
+  def test_append_keeps_every_record(self):
+    with metrics_lib.MetricsWriter(self.workdir) as writer:
+      writer.write(4, "train", {"loss": 1.0})
+    with metrics_lib.MetricsWriter(self.workdir, append=True) as writer:
+      writer.write(4, "evaluation", {"name": "long", "ppl@64": 9.5})
+    self.assertEqual([r["split"] for r in metrics_lib.read_metrics(self.workdir)],
+                     ["train", "evaluation"])
+
+  def test_tensorboard_events_when_installed_and_nothing_when_not(self):
+    try:
+      import tensorboardX  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      tensorboardX = None
+    if tensorboardX is not None:
+      with metrics_lib.MetricsWriter(self.workdir, tensorboard=True) as writer:
+        self.assertTrue(writer.tensorboard_enabled)
+        writer.write(1, "train", {"loss": 2.5, "nested": {"x": 1.0}, "name": "text"})
+      events = os.listdir(os.path.join(self.workdir, metrics_lib.TENSORBOARD_SUBDIR))
+      self.assertLen(events, 1)
+      data = open(os.path.join(self.workdir, metrics_lib.TENSORBOARD_SUBDIR, events[0]),
+                  "rb").read()
+      self.assertIn(b"train/loss", data)
+      self.assertIn(b"train/nested/x", data)
+    other = self.create_tempdir().full_path
+    with mock.patch.dict("sys.modules", {"tensorboardX": None}):  # Not installed.
+      with metrics_lib.MetricsWriter(other, tensorboard=True) as writer:
+        self.assertFalse(writer.tensorboard_enabled)
+        writer.write(1, "train", {"loss": 2.5})
+    self.assertFalse(os.path.exists(os.path.join(other, metrics_lib.TENSORBOARD_SUBDIR)))
+    self.assertLen(metrics_lib.read_metrics(other), 1)
 
 
 class _FakeClock:
