@@ -27,7 +27,6 @@ import dataclasses
 import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from absl import app
 import ml_collections
 
 from experiments import extrapolation

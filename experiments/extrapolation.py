@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from absl import app
 import ml_collections
 
 from experiments import study_report

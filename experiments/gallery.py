@@ -32,7 +32,6 @@ import pathlib
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from absl import app
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats

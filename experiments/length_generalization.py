@@ -38,7 +38,6 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from absl import app
 import ml_collections
 import numpy as np
 

@@ -27,7 +27,6 @@ import math
 import pathlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from absl import app
 import ml_collections
 
 from experiments import context_extension

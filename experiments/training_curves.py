@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from absl import app
 
 from experiments import extrapolation
 from experiments import study_report
