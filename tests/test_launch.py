@@ -238,7 +238,7 @@ class RunRecordTest(absltest.TestCase):
       self.skipTest("tensorboardX not installed (optional)")
     events = list((self.workdir / "tensorboard").glob("events.out.tfevents.*"))
     self.assertNotEmpty(events)
-    self.assertIn(b"train/loss", events[0].read_bytes())
+    self.assertIn(b"train/loss", b"".join(e.read_bytes() for e in events))
 
   def test_compare_prints_one_table_and_one_plot(self):
     other = self.root / "rope"
