@@ -17,9 +17,9 @@ override mechanism (``--config.<path>=value``) and a few aliases (``--pe`` = ``-
 ...; the table ``ALIASES`` below). Nothing below this file reads flags.
 
 A run directory is a record: its training settings are fixed when it is created (a command with
-other ones fails naming the field), ``--eval_only`` evaluates it with its own config into
-``evals/<name>/``. SIGINT / SIGTERM save a checkpoint, skip evaluation and exit 130 / 143; the
-same command resumes.
+other ones fails naming the field; ``--workdir=<run>`` alone continues it with its own settings),
+``--eval_only`` evaluates it with its own config into ``evals/<name>/``. SIGINT / SIGTERM save a
+checkpoint, skip evaluation and exit 130 / 143; the same command resumes.
 
 """
 
@@ -183,6 +183,12 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> in
       return 0
     if flag_values["eval_name"].value:
       raise app.UsageError("--eval_name only takes effect with --eval_only")
+    workdir = flag_values["workdir"].value
+    if (workdir and os.path.exists(os.path.join(workdir, experiment.CONFIG_FILENAME))
+        and not flag_values["config"].present
+        and not any(experiment.is_training_setting(p) for p in overrides)):
+      # --workdir=<run> alone continues that run with its own settings.
+      config = experiment.load_run_config(workdir, overrides)
     result = experiment.train_and_evaluate(config)
   except experiment.ConfigError as e:
     raise app.UsageError(str(e)) from None

@@ -5,6 +5,8 @@ only two start an interpreter: the SIGTERM preemption and the shape of a usage e
 on the real command line.
 """
 
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -197,6 +199,12 @@ class RunRecordTest(absltest.TestCase):
         _launch(*self.args, *args)
     self.assertEqual(_listing(self.workdir), before)
     self.assertEqual((self.workdir / "config.json").read_text(), config_text)
+
+  def test_workdir_alone_reloads_the_runs_settings(self):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      self.assertEqual(_launch(f"--workdir={self.workdir}"), 0)
+    self.assertIn("is a finished run with these settings", out.getvalue())
 
   def test_finished_run_rerun_and_eval_only_never_overwrite(self):
     results = (self.workdir / "results.json").read_text()

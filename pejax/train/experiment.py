@@ -847,22 +847,14 @@ def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, An
   """
   started = time.time()
   workdir = pathlib.Path(workdir)
-  saved_path = workdir / CONFIG_FILENAME
-  if not saved_path.exists():
+  if not (workdir / CONFIG_FILENAME).exists():
     raise ConfigError(f"--eval_only needs a run directory with {CONFIG_FILENAME}; "
                       f"{str(workdir)!r} has none")
-  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
-  config = experiment_config.get_default_config()
-  saved = json.loads(saved_path.read_text())
-  with config.unlocked():
-    config.update_from_flattened_dict(
-        {k: v for k, v in _walk_values(saved) if _has_path(config, k)})
-    for path, value in (overrides or {}).items():
-      if path.split(".")[0] not in ("eval", "mesh", "workdir"):
-        raise ConfigError(f"--eval_only evaluates the run's own config; {path} is a training "
-                          "setting (allowed: eval.* and mesh.*)")
-      config.update_from_flattened_dict({path: value})
-    config.workdir = str(workdir)
+  for path in overrides or {}:
+    if path.split(".")[0] not in ("eval", "mesh", "workdir"):
+      raise ConfigError(f"--eval_only evaluates the run's own config; {path} is a training "
+                        "setting (allowed: eval.* and mesh.*)")
+  config = load_run_config(workdir, overrides)
   check_config(config)
   eval_lengths(config)
   if config.eval.mode not in EVAL_MODES:
@@ -888,6 +880,35 @@ def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, An
       model, config, model_config=model_config, corpus=corpus, is_task=is_task, workdir=workdir,
       out_dir=out_dir, step=restored.step, num_params=_num_params(model), unigram=unigram,
       coordinator=parallel.is_coordinator(), started=started, log=log, name=name)
+
+
+def is_training_setting(path: str) -> bool:
+  """Whether a config path is one of the :func:`training_settings` (fixed for a run)."""
+  return (path.split(".")[0] in _IDENTITY_SECTIONS
+          or path in tuple(f"train.{k}" for k in _TRAINING_RUN_FIELDS))
+
+
+def load_run_config(workdir: os.PathLike | str,
+                    overrides: Optional[Dict[str, Any]] = None) -> ml_collections.ConfigDict:
+  """The config a run was created with (its ``config.json``), then ``overrides`` applied.
+
+  Raises:
+    ConfigError: the directory has no ``config.json``.
+  """
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  workdir = pathlib.Path(workdir)
+  saved_path = workdir / CONFIG_FILENAME
+  if not saved_path.exists():
+    raise ConfigError(f"{str(workdir)!r} is not a run directory (no {CONFIG_FILENAME})")
+  config = experiment_config.get_default_config()
+  saved = json.loads(saved_path.read_text())
+  with config.unlocked():
+    config.update_from_flattened_dict(
+        {k: v for k, v in _walk_values(saved) if _has_path(config, k)})
+    for path, value in (overrides or {}).items():
+      config.update_from_flattened_dict({path: value})
+    config.workdir = str(workdir)
+  return config
 
 
 def _has_path(config: ml_collections.ConfigDict, path: str) -> bool:
