@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 from absl import app
 from absl import flags
@@ -268,6 +269,30 @@ class RunRecordTest(absltest.TestCase):
         [{"pe": {"name": "rope", "rope_scaling": "yarn", "rope_factor": 4.0}},
          {"pe": {"name": "rope", "rope_scaling": "none", "rope_factor": 1.0}}]),
         ["rope_scaling=yarn x4", "rope_scaling=none"])
+
+
+class ConfigFilesTest(absltest.TestCase):
+
+  def test_every_shipped_config_runs_a_few_steps(self):
+    configs = sorted((ROOT / "experiments" / "configs").glob("*.py"))
+    self.assertContainsSubset({"default", "quick", *launch.study_names()},
+                              {p.stem for p in configs})  # One per study.
+    scratch = pathlib.Path(self.create_tempdir().full_path)
+    for path in configs:
+      with self.subTest(config=path.name):
+        if "study" in launch._load_config_file(str(path)):  # pylint: disable=protected-access
+          # Resolved to the study with the overrides; the study's own smoke test trains it.
+          module = __import__(f"experiments.{path.stem}", fromlist=["run"])
+          seen = []
+          with mock.patch.object(module, "run", seen.append):
+            self.assertEqual(_launch(f"--config={path}", "--config.model.d_model=32"), 0)
+          self.assertLen(seen, 1)
+          self.assertEqual(dict(seen[0].overrides), {"model.d_model": 32})
+        else:
+          workdir = scratch / path.stem
+          self.assertEqual(_launch(f"--config={path}", f"--workdir={workdir}", *TINY,
+                                   "--steps=2", "--eval_lens=64"), 0)
+          self.assertTrue(experiment.is_finished(workdir))
 
 
 class ExperimentTest(absltest.TestCase):
