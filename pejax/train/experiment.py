@@ -393,6 +393,19 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   for path, value in _walk_values(checkpoint_lib.config_to_dict(config) or {}):
     if isinstance(value, float) and not math.isfinite(value):
       raise ConfigError(f"{path} must be a finite number, got {value}")
+  minimums = {"train.steps": 1, "train.log_every": 0, "train.eval_every": 0,
+              "train.checkpoint_every": 0, "train.keep_checkpoints": 0, "data.batch_size": 1,
+              "data.train_len": 1, "eval.num_tokens": 1, "eval.sliding_stride": 0,
+              "eval.blockwise_threshold": 1, "optim.warmup_steps": 0, "model.num_layers": 1,
+              "model.d_model": 1, "model.num_heads": 1, "model.num_kv_heads": 0,
+              "optim.learning_rate": 0.0, "optim.weight_decay": 0.0, "optim.clip_norm": 0.0,
+              "optim.min_lr_ratio": 0.0, "pe.rope_base": 1e-30, "pe.rope_fraction": 1e-30}
+  for path, minimum in minimums.items():
+    section, field = path.split(".")
+    value = config[section][field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+      bound = f">= {minimum}" if minimum != 1e-30 else "> 0"
+      raise ConfigError(f"{path} must be a number {bound}, got {value!r}")
   pe, data, ev = config.pe, config.data, config.eval
   name = str(pe.name)
   rotary = _is_rotary(name)
