@@ -153,7 +153,8 @@ def finetune_config(config: ml_collections.ConfigDict, base_run: study_report.Ru
   with ft.unlocked():
     ft.pe.rope_scaling = scaling
     ft.pe.rope_factor = float(settings.finetune_multiplier) if scaling != "none" else 1.0
-    ft.pe.rope_original_max_position = settings.train_len
+    if scaling in ("dynamic", "yarn", "llama3", "longrope"):  # The scalings that read it.
+      ft.pe.rope_original_max_position = settings.train_len
     ft.data.train_len = settings.finetune_len
     ft.data.batch_size = max(1, int(config.data.batch_size) // settings.finetune_multiplier)
     ft.train.steps = settings.finetune_steps
