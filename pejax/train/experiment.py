@@ -654,7 +654,7 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
   optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=config.train.steps)
   if mesh is not None:
     parallel.shard_module(optimizer, mesh)
-  if coordinator:
+  if coordinator and not is_finished(workdir):  # A finished run stays finished.
     _set_status(workdir, "training")
   train_result = loop.train(model, optimizer, train_iter, config=config, workdir=workdir,
                             eval_fn=eval_fn, log_fn=log, step_callbacks=step_callbacks)
