@@ -6,14 +6,14 @@ r"""Length extrapolation of every PE (Press et al. 2022, "Train Short, Test Long
     python launch.py --study=extrapolation --quick     # the same through the entry point
 
 (Times measured on 2 CPU cores shared with other jobs: quick 4.5 min, full 55 min; on an
-accelerator scale it up with e.g. ``python launch.py --study=extrapolation --d_model=512
---num_layers=8 --steps=5000``.)
+accelerator scale it up with e.g. ``python launch.py --study=extrapolation
+--config.model.d_model=512 --config.model.num_layers=8 --steps=5000``.)
 
 Trains one decoder per positional encoding (none, sinusoidal, learned, rope, alibi, t5) and seed
 at length L on the built-in stdlib byte corpus, then measures perplexity at 1x-16x L in both
 protocols of the ALiBi paper (``nonoverlap`` windows and ``sliding`` windows with stride L/4).
 Writes ``report.md`` (tables, plots, expectation vs measured), ``results.json`` and
-``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--runs_dir``.
+``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--config.study.runs_dir``.
 
 References:
   Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input

@@ -9,7 +9,7 @@ self-contained report into its workdir::
     results.json   every measured number plus the verdicts
     *.png          plots (small, dpi 100)
 
-Trained models live elsewhere, under ``--runs_dir``: one sub-directory per model named by
+Trained models live elsewhere, under ``config.study.runs_dir``: one sub-directory per model named by
 :func:`pejax.train.experiment.default_workdir` (a hash of the settings that define the model), so
 re-running a study, or another study with the same settings, reuses the model instead of
 training it again.
@@ -330,7 +330,7 @@ def load_model(run_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
 
   The weights do not depend on the scaling (it only changes the rotation frequencies), so a
   zero-shot context extension is the trained state written into a decoder built with the new
-  scaling (as ``train_and_evaluate`` does for ``--eval_rope_scaling``).
+  scaling (as ``train_and_evaluate`` does for ``--config.eval.rope_scaling``).
 
   Args:
     run_dir: a finished run.
