@@ -9,10 +9,10 @@ self-contained report into its workdir::
     results.json   every measured number plus the verdicts
     *.png          plots (small, dpi 100)
 
-Trained models live elsewhere, under ``config.study.runs_dir``: one sub-directory per model named by
-:func:`pejax.train.experiment.default_workdir` (a hash of the settings that define the model), so
-re-running a study, or another study with the same settings, reuses the model instead of
-training it again.
+Trained models live elsewhere, under ``config.study.runs_dir``: one sub-directory per model
+named by :func:`pejax.train.experiment.default_workdir` (a hash of the settings that define the
+model), so re-running a study, or another study with the same settings, reuses the model instead
+of training it again.
 
 Command line: ``python launch.py --study=<name>`` (or ``python -m experiments.<name>``, the same
 command; or ``--config=experiments/configs/<name>.py``, see :func:`study_config`)::
