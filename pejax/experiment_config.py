@@ -1,8 +1,9 @@
 """The experiment configuration: one ``ml_collections.ConfigDict`` for a whole run.
 
-``launch.py`` loads a config file in the Flax-examples manner (``--config=experiments/configs/x.py``,
-each a ``get_config()`` starting from :func:`get_default_config`) and overrides fields with
-``--config.model.num_layers=4``; :func:`help_text` lists every field for ``--help``. Every layer below the entry point receives the
+``launch.py`` loads a config file in the Flax-examples manner
+(``--config=experiments/configs/x.py``, each a ``get_config()`` starting from
+:func:`get_default_config`) and overrides fields with ``--config.model.num_layers=4``;
+:func:`help_text` lists every field for ``--help``. Every layer below the entry point receives the
 config object, never flags. Sub-configs nest: ``model``, ``pe``, ``data``, ``optim``, ``train``,
 ``eval``, ``mesh``. Zero / empty values mean "derive a sensible default" where the comment says so.
 """
@@ -41,7 +42,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.pe.rope_fraction = 1.0  # Partial rotary factor: fraction of head dims rotated.
   config.pe.rope_scaling = "none"  # none, linear, ntk, dynamic, yarn, llama3, longrope.
   config.pe.rope_factor = 1.0  # Scaling factor of the chosen rope_scaling.
-  config.pe.rope_original_max_position = 0  # Original length of dynamic/yarn/llama3/longrope; 0 = train_len.
+  config.pe.rope_original_max_position = 0  # Original length (dynamic/yarn/llama3/longrope); 0=L.
   config.pe.max_position = 0  # Learned table size; 0 means data.train_len.
   config.pe.t5_num_buckets = 32  # T5 relative-position buckets.
   config.pe.t5_max_distance = 128  # T5 distance beyond which buckets saturate.
@@ -78,7 +79,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.eval.lens = ""  # Comma-separated eval lengths; empty means 1,2,4,8,16 x train_len.
   config.eval.mode = "nonoverlap"  # "nonoverlap", "sliding" or "both" (ALiBi paper protocols).
   config.eval.num_tokens = 16384  # Validation tokens scored per length (capped by the split).
-  config.eval.sliding_stride = 0  # Sliding-window stride; 0 means L/4 (every scored token has >= 3L/4 context).
+  config.eval.sliding_stride = 0  # Sliding stride; 0 = L/4 (scored tokens see >= 3L/4).
   config.eval.blockwise_threshold = 2048  # Lengths above this use blockwise attention.
   config.eval.rope_scaling = ""  # Zero-shot context extension at eval; empty keeps training's.
   config.eval.rope_factor = 0.0  # Factor of eval.rope_scaling; 0 means eval_len / train_len.

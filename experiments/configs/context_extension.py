@@ -1,7 +1,8 @@
 """RoPE context extension: zero-shot frequency scalings and a short fine-tune.
 
 `python launch.py --study=context_extension [--quick]` (the same as
-`python launch.py --config=experiments/configs/context_extension.py`); the study is experiments/context_extension.py.
+`python launch.py --config=experiments/configs/context_extension.py`);
+the study is experiments/context_extension.py.
 The study sets the PE, seed, data and evaluation of each model it trains; the other fields are the
 base every model starts from, and the ones given on the command line override the study's own.
 """

@@ -213,7 +213,7 @@ def training_differences(saved: Any, current: Any) -> List[str]:
 
 
 def run_name(config: ml_collections.ConfigDict) -> str:
-  """``<pe>[-<scaling>x<factor>]-L<train_len>-<data>-<hash>``, e.g. ``rope-yarnx4-L128-stdlib-1a2b3c``.
+  """``<pe>[-<scaling>x<factor>]-L<train_len>-<data>-<hash>``: ``rope-yarnx4-L128-stdlib-1a2b3c``.
 
   The hash covers every training setting (:func:`training_settings`), so the same settings map
   to the same directory (and resume) and different ones never share it.
