@@ -1,25 +1,51 @@
-"""Test-suite setup shared by every test module."""
+"""Test-suite setup shared by every test module.
+
+Speed: a suite of tiny models spends most of its time compiling, not running. Two settings
+below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
+
+* XLA's optimization passes are skipped (``jax_disable_most_optimizations``): they cost more
+  than they save on programs that run for microseconds. Numbers stay within every test's
+  tolerance; tests whose claim is bit-exactness of the *optimized* program carry
+  ``@pytest.mark.xla_optimized`` and compile with the full pipeline. Subprocesses
+  (``launch.py``, the mesh worker) run the full pipeline too, so the path users run is tested.
+* A persistent compilation cache shared by the xdist workers and by later runs
+  (``.cache/jax-tests`` in the checkout, ignored by git; ``PEJAX_TEST_JAX_CACHE=`` disables it,
+  ``PEJAX_TEST_JAX_CACHE=DIR`` moves it).
+"""
 
 import os
+import pathlib
 
 # Tests run on the CPU with deterministic float32 math; set before jax is imported anywhere.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from absl import flags  # pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+import jax
+import pytest
 
 # absltest / chex helpers read absl flags; under pytest nobody parses them, so mark them parsed.
 flags.FLAGS.mark_as_parsed()
 
-# --- Hypothesis profiles of the fuzz suite (tests/fuzz, issue 16) ------------------------------
-# "default": few draws, no deadline (the first draw compiles), derandomized (deterministic CI).
-# "long": many random draws; select it with --hypothesis-profile=long or HYPOTHESIS_PROFILE=long.
-from hypothesis import HealthCheck, settings  # pylint: disable=g-import-not-at-top,wrong-import-position
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-settings.register_profile(
-    "default", max_examples=20, deadline=None, derandomize=True, print_blob=True,
-    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large))
-settings.register_profile(
-    "long", max_examples=1000, deadline=None, derandomize=False, print_blob=True,
-    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large))
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
-# --- end of the hypothesis profiles ------------------------------------------------------------
+jax.config.update("jax_disable_most_optimizations", True)
+
+_CACHE_DIR = os.environ.get("PEJAX_TEST_JAX_CACHE", str(_ROOT / ".cache" / "jax-tests"))
+if _CACHE_DIR:
+  jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimized(request):
+  """Compiles with XLA's full optimization pipeline inside tests marked ``xla_optimized``."""
+  if request.node.get_closest_marker("xla_optimized") is None:
+    yield
+    return
+  jax.config.update("jax_disable_most_optimizations", False)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", True)

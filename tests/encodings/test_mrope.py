@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import mrope
 from pejax.encodings import rope
@@ -62,6 +63,9 @@ class PositionIdsTest(parameterized.TestCase):
       mrope.mrope_position_ids([1], time_interval=0.0)
 
 
+# Bit-exact claims (text-only M-RoPE == 1-D RoPE): XLA's unoptimized pipeline rounds the two
+# programs differently (2e-7), so this class compiles with the full pipeline.
+@pytest.mark.xla_optimized
 class ApplyMropeTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
