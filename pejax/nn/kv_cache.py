@@ -4,6 +4,10 @@ Axes: B batch, T cache capacity (max_length), K key/value heads, D head dim, N l
 
 Every cached key carries its *position* (not only its slot), so decoding works with any PE and
 any position scheme (offsets, randomized positions). All rows share one fill ``length``.
+Writing past the capacity ``T`` raises ``ValueError`` in an eager call; under ``jax.jit`` (a
+traced ``length``) the decoder returns NaN logits and ``length`` stays above ``T``, so every
+later call is NaN too (``jax.lax.dynamic_update_slice`` would otherwise clamp the write and
+silently overwrite the last slots).
 
 Keys are stored either **before** the PE rotation (``DecoderConfig.cache_rotated_keys=False``,
 the default) or **after** it (``True``):
@@ -59,7 +63,20 @@ class KVCache(NamedTuple):
 
 def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_heads: int,
                   head_dim: int, dtype) -> KVCache:
-  """An empty cache (zeros, ``length = 0``)."""
+  """An empty cache (zeros, ``length = 0``).
+
+  Args:
+    num_layers: N, the number of decoder blocks (one key and one value array each).
+    batch_size: B.
+    max_length: T, the capacity in tokens.
+    num_kv_heads: K, the key/value heads per layer.
+    head_dim: D.
+    dtype: dtype of the keys and values (positions and length are int32).
+
+  Returns:
+    A :class:`KVCache` with N zero key and value arrays ``[B, T, K, D]`` of ``dtype``, zero
+    int32 positions ``[B, T]`` and int32 scalar ``length`` 0.
+  """
   shape = (batch_size, max_length, num_kv_heads, head_dim)
   return KVCache(
       keys=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
