@@ -1,7 +1,8 @@
 """Pure positional-encoding transforms (tables, rotations, biases, frequency scalings).
 
 Everything here is a pure function of arrays and keyword-only hyper-parameters, except the NNX
-modules that own learnable tables (kept in their own files).
+modules that own learnable tables (kept in their own files). Those modules import Flax, so
+they load on first use: ``import pejax.encodings`` needs only jax and numpy.
 """
 
 from pejax.encodings.alibi import alibi_bias
@@ -20,7 +21,6 @@ from pejax.encodings.graph_laplacian import normalized_laplacian
 from pejax.encodings.graph_laplacian import random_sign_flip
 from pejax.encodings.graph_random_walk import random_walk_pe
 from pejax.encodings.graph_random_walk import random_walk_pe_from_edges
-from pejax.encodings.learned_position import LearnedPositionEmbedding
 from pejax.encodings.mrope import apply_mrope
 from pejax.encodings.mrope import mrope_angles
 from pejax.encodings.mrope import mrope_position_ids
@@ -40,9 +40,6 @@ from pejax.encodings.rope import rope_layout_permutation
 from pejax.encodings.rope import rotate_with_angles
 from pejax.encodings.rope_hf import rope_config_from_hf
 from pejax.encodings.rope_hf import rope_config_to_hf
-from pejax.encodings.rope_mixed import RopeMixed
-from pejax.encodings.rope_mixed import rope_mixed_angles
-from pejax.encodings.rope_mixed import rope_mixed_init_freqs
 from pejax.encodings.rope_scaling import DynamicNTKScaling
 from pejax.encodings.rope_scaling import LinearScaling
 from pejax.encodings.rope_scaling import Llama3Scaling
@@ -54,8 +51,19 @@ from pejax.encodings.sinusoidal import sinusoidal_table
 from pejax.encodings.sinusoidal_2d import sinusoidal_2d_embedding
 from pejax.encodings.sinusoidal_2d import sinusoidal_2d_table
 from pejax.encodings.sinusoidal_2d import sinusoidal_nd_embedding
-from pejax.encodings.t5_bias import T5RelativeBias
 from pejax.encodings.t5_buckets import t5_relative_position_bucket
+from pejax.lazy_exports import lazy_exports
+
+# NNX modules (Flax): imported on first use.
+_LAZY_EXPORTS = {
+    "LearnedPositionEmbedding": "pejax.encodings.learned_position",
+    "RopeMixed": "pejax.encodings.rope_mixed",
+    "rope_mixed_angles": "pejax.encodings.rope_mixed",
+    "rope_mixed_init_freqs": "pejax.encodings.rope_mixed",
+    "T5RelativeBias": "pejax.encodings.t5_bias",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = (
     "alibi_bias",
