@@ -41,14 +41,36 @@ class BatchIterator(abc.ABC):
 
   @abc.abstractmethod
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
-    """Returns batch number `step` (a pure function of the seed, the step and the data)."""
+    """Returns batch number `step` (a pure function of the seed, the step and the data).
+
+    Args:
+      step: Non-negative batch index.
+
+    Returns:
+      A dict of numpy arrays `[B, L]`: int32 `inputs`, `targets`, `positions` and float32
+      `loss_mask` (see the module docstring).
+    """
 
   @abc.abstractmethod
   def identity(self) -> dict[str, Any]:
-    """JSON-serializable fields that a state must match to be restored (`kind`, `seed`, ...)."""
+    """JSON-serializable fields that a state must match to be restored (`kind`, `seed`, ...).
+
+    Returns:
+      A dict of the iterator kind and its data parameters (seed, batch size, length, ...).
+    """
 
   def rng(self, step: int) -> np.random.Generator:
-    """The generator of batch `step`: `np.random.default_rng([seed, step])`."""
+    """The generator of batch `step`: `np.random.default_rng([seed, step])`.
+
+    Args:
+      step: Non-negative batch index.
+
+    Returns:
+      A fresh numpy Generator, the same for the same `(seed, step)`.
+
+    Raises:
+      ValueError: if `step` is not a non-negative int.
+    """
     step = arg_checks.check_nonnegative_int("step", step)
     return np.random.default_rng([self.seed, step])
 
@@ -66,7 +88,11 @@ class BatchIterator(abc.ABC):
     return batch
 
   def get_state(self) -> dict[str, Any]:
-    """JSON-serializable position: `identity()` plus `"step"`."""
+    """JSON-serializable position: `identity()` plus `"step"`.
+
+    Returns:
+      A dict for `set_state`, e.g. `{"kind": "language_model", "seed": 0, ..., "step": 12}`.
+    """
     return {**self.identity(), "step": self._step}
 
   def set_state(self, state: dict[str, Any]) -> None:

@@ -61,7 +61,19 @@ def copy_example(rng: np.random.Generator | int, *, length: int,
 
 def reverse_example(rng: np.random.Generator | int, *, length: int,
                     alphabet: bytes = LOWERCASE) -> synthetic_example.SyntheticExample:
-  """A reverse example `b"<s>=<reversed s>\\n"`; arguments as `copy_example`."""
+  """A reverse example `b"<s>=<reversed s>\\n"` with a random string `s` of `length` characters.
+
+  Args:
+    rng: A numpy Generator, or a seed for `np.random.default_rng`.
+    length: Characters n >= 1 of the string; the text has `2 n + 2` bytes.
+    alphabet: Bytes the string is drawn from (uniformly); must not contain `=`, newline or 0.
+
+  Returns:
+    The example; `info["source"]` holds `s` (the answer is `s` reversed).
+
+  Raises:
+    ValueError: on a non-positive `length` or an invalid `alphabet`.
+  """
   source = _random_string(rng, length, alphabet)
   return synthetic_example.SyntheticExample(
       prompt=source + SEPARATOR, answer=source[::-1], suffix=END, info={"source": source})
@@ -74,10 +86,30 @@ def _source_of(prompt: bytes) -> bytes:
 
 
 def solve_copy(prompt: bytes) -> bytes:
-  """The correct copy answer for a prompt `b"<s>="`, computed from the prompt alone."""
+  """The correct copy answer for a prompt `b"<s>="`, computed from the prompt alone.
+
+  Args:
+    prompt: The prompt `b"<s>="`.
+
+  Returns:
+    `s`.
+
+  Raises:
+    ValueError: if `prompt` does not end with `=` or has an empty string.
+  """
   return _source_of(prompt)
 
 
 def solve_reverse(prompt: bytes) -> bytes:
-  """The correct reverse answer for a prompt `b"<s>="`, computed from the prompt alone."""
+  """The correct reverse answer for a prompt `b"<s>="`, computed from the prompt alone.
+
+  Args:
+    prompt: The prompt `b"<s>="`.
+
+  Returns:
+    `s` reversed.
+
+  Raises:
+    ValueError: if `prompt` does not end with `=` or has an empty string.
+  """
   return _source_of(prompt)[::-1]

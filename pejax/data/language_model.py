@@ -50,11 +50,24 @@ class LanguageModelIterator(batch_iterator.BatchIterator):
     self._offsets = np.arange(self.seq_len + 1, dtype=np.int64)[None, :]
 
   def identity(self) -> dict[str, Any]:
+    """JSON-serializable fields that a state must match to be restored.
+
+    Returns:
+      `{"kind": "language_model", "seed", "batch_size", "seq_len", "num_tokens"}`.
+    """
     return {"kind": "language_model", "seed": self.seed, "batch_size": self.batch_size,
             "seq_len": self.seq_len, "num_tokens": int(self.tokens.size)}
 
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
-    """Returns batch number `step`, a pure function of `(seed, step, tokens)`."""
+    """Returns batch number `step`, a pure function of `(seed, step, tokens)`.
+
+    Args:
+      step: Non-negative batch index.
+
+    Returns:
+      int32 `inputs`, `targets`, `positions` `[B, L]` and float32 `loss_mask` `[B, L]` (all
+      ones) as numpy arrays.
+    """
     rng = self.rng(step)
     starts = rng.integers(0, self.tokens.size - self.seq_len, size=self.batch_size)
     windows = self.tokens[starts[:, None] + self._offsets].astype(np.int32)

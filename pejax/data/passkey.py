@@ -42,7 +42,17 @@ def key_sentence(key: bytes) -> bytes:
 
 
 def passkey_min_length(num_digits: int = 5) -> int:
-  """Bytes of a passkey example with no filler: key sentence, question, key and end marker."""
+  """Bytes of a passkey example with no filler: key sentence, question, key and end marker.
+
+  Args:
+    num_digits: Digits of the key, >= 1.
+
+  Returns:
+    The smallest `length` that `passkey_example` accepts for `num_digits`.
+
+  Raises:
+    ValueError: if `num_digits` is not a positive int.
+  """
   num_digits = arg_checks.check_positive_int("num_digits", num_digits)
   return len(key_sentence(b"0" * num_digits)) + len(QUESTION) + num_digits + len(END)
 
@@ -100,6 +110,12 @@ def passkey_example(rng: np.random.Generator | int, *, length: int, depth: float
 
 def solve_passkey(prompt: bytes) -> bytes:
   """The correct answer for a passkey prompt: the digits of its key sentence.
+
+  Args:
+    prompt: A passkey prompt (filler with one key sentence, ending with the question).
+
+  Returns:
+    The key's digits as ASCII bytes.
 
   Raises:
     ValueError: if `prompt` does not end with the question or holds no key sentence.

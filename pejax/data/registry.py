@@ -33,7 +33,14 @@ def _unknown(name: Any) -> ValueError:
 
 
 def is_task(name: str) -> bool:
-  """Whether `name` is a synthetic task rather than a text corpus."""
+  """Whether `name` is a synthetic task rather than a text corpus.
+
+  Args:
+    name: A data name from the config (`"copy"`, `"stdlib"`, a file path, ...).
+
+  Returns:
+    True if `name` is in `TASK_NAMES`, False for anything `load_corpus` would read.
+  """
   return name in TASK_NAMES
 
 

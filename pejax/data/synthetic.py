@@ -108,7 +108,19 @@ def _check_options(task: SyntheticTask, options: dict[str, Any]) -> None:
 
 
 def max_size_for(task: str, seq_len: int, **options: Any) -> int:
-  """The largest size of `task` whose examples fit rows of length `seq_len`."""
+  """The largest size of `task` whose examples fit rows of length `seq_len`.
+
+  Args:
+    task: A name in `TASK_NAMES`.
+    seq_len: Row length L >= 1.
+    **options: Task options that change the size range (passkey `num_digits`).
+
+  Returns:
+    The largest size (see the module docstring for what a size means per task).
+
+  Raises:
+    ValueError: if `task` is unknown or `seq_len` is not a positive int.
+  """
   seq_len = arg_checks.check_positive_int("seq_len", seq_len)
   return get_task(task).size_range(seq_len, **options)[1]
 
@@ -182,22 +194,55 @@ def synthetic_examples(task: str, rng: np.random.Generator | int, *, batch_size:
 def synthetic_batch(task: str, rng: np.random.Generator | int, *, batch_size: int, seq_len: int,
                     min_size: int | None = None, max_size: int | None = None,
                     **options: Any) -> dict[str, np.ndarray]:
-  """`synthetic_examples` encoded as a batch: int32 `inputs`, `targets`, `positions` `[B, L]`
-  and float32 `loss_mask` `[B, L]` (1.0 on the answer bytes only)."""
+  """`synthetic_examples` encoded as a batch of right-padded rows.
+
+  Args:
+    task: A name in `TASK_NAMES`.
+    rng: A numpy Generator, or a seed for `np.random.default_rng`.
+    batch_size: Examples B >= 1.
+    seq_len: Row length L.
+    min_size: Smallest size; None means the task's minimum.
+    max_size: Largest size; None means the largest that fits `seq_len`.
+    **options: Task options (`alphabet`, `reverse_digits`, `depth`, `num_digits`).
+
+  Returns:
+    int32 `inputs`, `targets`, `positions` `[B, L]` and float32 `loss_mask` `[B, L]` (1.0 on the
+    answer bytes only), as numpy arrays.
+  """
   examples = synthetic_examples(task, rng, batch_size=batch_size, seq_len=seq_len,
                                 min_size=min_size, max_size=max_size, **options)
   return synthetic_example.encode_examples(examples, seq_len=seq_len)
 
 
 def solve(task: str, prompt: bytes, **options: Any) -> bytes:
-  """The reference answer of `task` for `prompt`, computed from the prompt alone."""
+  """The reference answer of `task` for `prompt`, computed from the prompt alone.
+
+  Args:
+    task: A name in `TASK_NAMES`.
+    prompt: The prompt bytes of an example (everything before the answer).
+    **options: Task options the solver needs (addition `reverse_digits`).
+
+  Returns:
+    The answer bytes.
+
+  Raises:
+    ValueError: if `task` or an option is unknown.
+  """
   spec = get_task(task)
   _check_options(spec, options)
   return spec.solve(prompt, **options)
 
 
 def masked_bytes(row: np.ndarray, mask: np.ndarray) -> bytes:
-  """The bytes of one `[L]` row (e.g. `targets[b]`) where `mask[b]` is non-zero, in order."""
+  """The bytes of one `[L]` row (e.g. `targets[b]`) where `mask[b]` is non-zero, in order.
+
+  Args:
+    row: `[L]` integer array of byte ids.
+    mask: `[L]` array, e.g. `loss_mask[b]`; non-zero entries select bytes.
+
+  Returns:
+    The selected bytes of `row`, in order.
+  """
   row = np.asarray(row)
   return row[np.asarray(mask) > 0].astype(np.uint8).tobytes()
 
@@ -232,13 +277,27 @@ class SyntheticTaskIterator(batch_iterator.BatchIterator):
     self.options = dict(options)
 
   def identity(self) -> dict[str, Any]:
+    """JSON-serializable fields that a state must match to be restored.
+
+    Returns:
+      `{"kind": "synthetic", "task", "seed", "batch_size", "seq_len", "min_size", "max_size",
+      "options"}` (bytes options decoded as latin-1).
+    """
     return {"kind": "synthetic", "task": self.task, "seed": self.seed,
             "batch_size": self.batch_size, "seq_len": self.seq_len, "min_size": self.min_size,
             "max_size": self.max_size,
             "options": {k: _json_value(v) for k, v in sorted(self.options.items())}}
 
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
-    """Returns batch number `step`, a pure function of `(seed, step)` and the task settings."""
+    """Returns batch number `step`, a pure function of `(seed, step)` and the task settings.
+
+    Args:
+      step: Non-negative batch index.
+
+    Returns:
+      `synthetic_batch(...)` drawn with `self.rng(step)`: int32 `inputs`, `targets`,
+      `positions` `[B, L]` and float32 `loss_mask` `[B, L]`.
+    """
     return synthetic_batch(self.task, self.rng(step), batch_size=self.batch_size,
                            seq_len=self.seq_len, min_size=self.min_size,
                            max_size=self.max_size, **self.options)

@@ -93,7 +93,19 @@ class RopeConfig:
   @classmethod
   def from_partial_rotary_factor(cls, head_dim: int, partial_rotary_factor: float,
                                  **kwargs) -> "RopeConfig":
-    """Builds a config with ``rotary_dim = int(head_dim * partial_rotary_factor)`` (as HF)."""
+    """Builds a config with ``rotary_dim = int(head_dim * partial_rotary_factor)`` (as HF).
+
+    Args:
+      head_dim: per-head dimension D (even).
+      partial_rotary_factor: fraction of D rotated, in ``(0, 1]``; the product must be even.
+      **kwargs: the other :class:`RopeConfig` fields (``base``, ``scaling``, ``layout``).
+
+    Returns:
+      The config; ``rotary_dim`` is ``None`` when the factor rotates all D dims.
+
+    Raises:
+      ValueError: if the factor is not in ``(0, 1]`` or a field is invalid.
+    """
     factor = arg_checks.check_positive_float("partial_rotary_factor", partial_rotary_factor)
     if factor > 1.0:
       raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")

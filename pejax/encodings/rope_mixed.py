@@ -173,11 +173,23 @@ class RopeMixed(nnx.Module):
         init=init).astype(param_dtype))
 
   def angles(self, positions: Any) -> jax.Array:
-    """float32 ``[..., N, H, P]`` angles for ``[..., N, A]`` positions."""
+    """float32 ``[..., N, H, P]`` angles for ``[..., N, A]`` positions.
+
+    Args:
+      positions: ``[..., N, A]`` integer (or float32) grid positions.
+
+    Returns:
+      float32 ``[..., N, H, P]``, :func:`rope_mixed_angles` with this module's frequencies.
+    """
     return rope_mixed_angles(positions, self.freqs[...])
 
   def __call__(self, x: jax.Array, positions: Any) -> jax.Array:
     """Rotates ``x`` ``[..., N, H, D]`` by the mixed angles of ``positions`` ``[..., N, A]``.
+
+    Args:
+      x: queries or keys ``[..., N, H, D]`` with this module's H and D.
+      positions: ``[..., N, A]`` integer (or float32) grid positions, broadcastable against the
+        leading axes of ``x`` (e.g. ``[N, A]`` from :func:`image_positions`).
 
     Returns:
       ``[..., N, H, D]`` in ``x.dtype``.

@@ -47,14 +47,15 @@ def t5_relative_position_bucket(
   out of range).
 
   Args:
-    relative_position: Integer array of any shape, `key_position - query_position`.
+    relative_position: Integer array `[...]` of any shape (e.g. `[Lq, Lk]`),
+      `key_position - query_position`.
     bidirectional: Whether keys after the query get their own buckets.
     num_buckets: Total number of buckets; >= 2, and even and >= 4 if bidirectional.
     max_distance: Distance from which the last bucket is used; must exceed the number of exact
       buckets.
 
   Returns:
-    int32 bucket ids in `[0, num_buckets)`, same shape as `relative_position`.
+    int32 bucket ids in `[0, num_buckets)`, same shape `[...]` as `relative_position`.
 
   Raises:
     ValueError: if `relative_position` is not an integer array or a hyper-parameter is invalid.

@@ -39,6 +39,12 @@ class PasskeyResult:
   status: str = "ok"
 
   def to_json(self) -> Dict[str, object]:
+    """The fields as a JSON-serializable dict.
+
+    Returns:
+      ``{"length", "depth", "accuracy", "examples", "status"}``; a NaN accuracy becomes None
+      (JSON has no NaN).
+    """
     out = dataclasses.asdict(self)
     if out["accuracy"] != out["accuracy"]:
       out["accuracy"] = None

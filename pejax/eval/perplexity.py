@@ -56,6 +56,12 @@ class LengthResult:
   status: str = "ok"
 
   def to_json(self) -> Dict[str, object]:
+    """The fields as a JSON-serializable dict.
+
+    Returns:
+      One key per field; a non-finite ``nll``, ``perplexity`` or ``bits_per_byte`` becomes None
+      (JSON has no NaN or infinity).
+    """
     out = dataclasses.asdict(self)
     for key in ("nll", "perplexity", "bits_per_byte"):
       if not math.isfinite(out[key]):
@@ -106,7 +112,14 @@ def score_windows(model: nnx.Module, windows: Dict[str, np.ndarray], *, batch_si
 
 
 def default_stride(length: int) -> int:
-  """Sliding-window stride used when none is given: ``max(1, L // 4)`` (4x nonoverlap cost)."""
+  """Sliding-window stride used when none is given: ``max(1, L // 4)`` (4x nonoverlap cost).
+
+  Args:
+    length: the evaluation length L.
+
+  Returns:
+    The stride in tokens, ``max(1, length // 4)``.
+  """
   return max(1, length // 4)
 
 

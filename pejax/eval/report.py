@@ -51,7 +51,16 @@ def format_table(results: Sequence[LengthResult], *, train_len: int, title: str 
 
 
 def format_passkey_table(results: Sequence[PasskeyResult]) -> str:
-  """Passkey accuracy as a length x depth table."""
+  """Passkey accuracy as a length x depth table.
+
+  Args:
+    results: one :class:`PasskeyResult` per (length, depth) cell; every cell of the grid of
+      their lengths and depths must be present.
+
+  Returns:
+    A Markdown table, one row per length and one column per depth; each cell holds the accuracy
+    (two decimals) or the status of a skipped cell.
+  """
   depths = sorted({r.depth for r in results})
   lengths = sorted({r.length for r in results})
   by_key = {(r.length, r.depth): r for r in results}

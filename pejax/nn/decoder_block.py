@@ -33,13 +33,35 @@ class DecoderBlock(nnx.Module):
     self.mlp = Mlp(config, rngs=rngs)
 
   def __call__(self, x: jax.Array, **attention_kwargs: Any) -> jax.Array:
-    """``[B, L, E] -> [B, L, E]``; ``attention_kwargs`` go to :class:`SelfAttention`."""
+    """``[B, L, E] -> [B, L, E]``; ``attention_kwargs`` go to :class:`SelfAttention`.
+
+    Args:
+      x: ``[B, L, E]`` residual stream.
+      **attention_kwargs: keyword arguments of :meth:`SelfAttention.__call__` (``pe``,
+        ``positions`` int32 ``[B | 1, L]``, ``segment_ids``, ``bias``, ``implementation``).
+
+    Returns:
+      ``[B, L, E]``, the residual stream after the attention and MLP sub-blocks.
+    """
     x = x + self.attention(self.attention_norm(x), **attention_kwargs)
     return x + self.mlp(self.mlp_norm(x))
 
   def extend(self, x: jax.Array, **attention_kwargs: Any) -> tuple[jax.Array, jax.Array,
                                                                    jax.Array]:
-    """KV-cache form: returns ``(x, keys, values)`` (see :meth:`SelfAttention.extend`)."""
+    """KV-cache form: returns ``(x, keys, values)`` (see :meth:`SelfAttention.extend`).
+
+    Axes as in :mod:`pejax.nn.kv_cache`: T cache capacity, K key/value heads, D head dim.
+
+    Args:
+      x: ``[B, L, E]`` residual stream of the L new tokens.
+      **attention_kwargs: keyword arguments of :meth:`SelfAttention.extend` (``pe``,
+        ``positions`` ``[B, L]``, ``cache_positions`` ``[B, T]``, this layer's ``keys`` and
+        ``values`` ``[B, T, K, D]``, ``length``, ``bias``, ``implementation``).
+
+    Returns:
+      ``(x [B, L, E], keys [B, T, K, D], values [B, T, K, D])``: the new tokens' residual stream
+      and the layer's cache with them written at slots ``length .. length + L - 1``.
+    """
     attended, keys, values = self.attention.extend(self.attention_norm(x), **attention_kwargs)
     x = x + attended
     return x + self.mlp(self.mlp_norm(x)), keys, values

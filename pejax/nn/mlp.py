@@ -42,7 +42,14 @@ class Mlp(nnx.Module):
     self.down = linear(hidden, width, (axes.MLP, axes.EMBED))
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    """Maps ``[B, L, E] -> [B, L, E]``."""
+    """Maps ``[B, L, E] -> [B, L, E]``.
+
+    Args:
+      x: ``[B, L, E]`` normalized inputs (any leading axes work: ``[..., E]``).
+
+    Returns:
+      ``[B, L, E]`` in the compute dtype.
+    """
     if self.gate is not None:
       hidden = nnx.silu(self.gate(x)) * self.up(x)
     else:

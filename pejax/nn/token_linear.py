@@ -27,7 +27,17 @@ class TokenLinear(nnx.Linear):
   """
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
-    """Maps ``[..., I] -> [..., O]`` (any number of leading axes, including none)."""
+    """Maps ``[..., I] -> [..., O]`` (any number of leading axes, including none).
+
+    Args:
+      inputs: ``[..., I]`` array; its leading axes are flattened to N tokens for the product.
+
+    Returns:
+      ``[..., O]``, ``inputs @ kernel (+ bias)`` with the leading axes restored.
+
+    Raises:
+      ValueError: if the last axis of ``inputs`` is not ``in_features``.
+    """
     if inputs.shape[-1:] != (self.in_features,):
       raise ValueError(
           f"inputs must end in the input width {self.in_features}, got shape {inputs.shape}")

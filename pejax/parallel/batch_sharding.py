@@ -118,7 +118,17 @@ class ShardedBatches:
     return shard_batch(next(self.inner), self.mesh, self.rules)
 
   def get_state(self) -> dict[str, Any]:
+    """The wrapped iterator's state.
+
+    Returns:
+      ``inner.get_state()``: JSON-serializable, the same on every process.
+    """
     return self.inner.get_state()
 
   def set_state(self, state: dict[str, Any]) -> None:
+    """Restores the wrapped iterator's state.
+
+    Args:
+      state: a dict from :meth:`get_state` (``inner.set_state`` checks it).
+    """
     self.inner.set_state(state)

@@ -62,12 +62,20 @@ def initialize_distributed(*, enabled: bool = False, coordinator_address: str = 
 
 
 def is_coordinator() -> bool:
-  """Whether this is process 0 (the one that writes reports and plots)."""
+  """Whether this is process 0 (the one that writes reports and plots).
+
+  Returns:
+    True on process 0 (always in a single-process run).
+  """
   return jax.process_index() == 0
 
 
 def process_summary() -> str:
-  """``"process p/N, l local of g devices (platform)"`` for logs."""
+  """``"process p/N, l local of g devices (platform)"`` for logs.
+
+  Returns:
+    E.g. ``"process 0/2, 4 local of 8 devices (gpu)"``.
+  """
   return (f"process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
           f"local of {jax.device_count()} devices ({jax.devices()[0].platform})")
 

@@ -98,7 +98,11 @@ def logical_to_mesh_spec(names: Sequence[Any], rules=LOGICAL_AXIS_RULES) -> Part
 
 
 def active_mesh() -> Optional[jax.sharding.AbstractMesh]:
-  """The mesh set by ``jax.set_mesh`` (e.g. through :func:`mesh_context`), or ``None``."""
+  """The mesh set by ``jax.set_mesh`` (e.g. through :func:`mesh_context`), or ``None``.
+
+  Returns:
+    The current abstract mesh, or ``None`` when no mesh is set (one-device run).
+  """
   mesh = jax.sharding.get_abstract_mesh()
   return None if mesh.empty else mesh
 
@@ -113,6 +117,9 @@ def mesh_context(mesh: jax.sharding.Mesh, rules=LOGICAL_AXIS_RULES) -> Iterator[
   Args:
     mesh: a mesh from :func:`pejax.parallel.make_mesh`.
     rules: logical axis rules.
+
+  Yields:
+    ``None``; the mesh and rules are current until the ``with`` block exits.
   """
   with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
     yield
@@ -125,11 +132,15 @@ def constrain(x: jax.Array, names: Sequence[Any]) -> jax.Array:
   an evaluation batch that the data axis may not divide).
 
   Args:
-    x: an array with ``len(names)`` dimensions.
+    x: an array ``[N_1, ..., N_k]`` with ``k = len(names)`` dimensions.
     names: logical name, ``None`` or ``PartitionSpec.UNCONSTRAINED`` per dimension.
 
   Returns:
-    ``x``, constrained to ``logical_to_mesh_spec(names)`` on the active mesh.
+    ``x`` (same shape ``[N_1, ..., N_k]`` and dtype), constrained to
+    ``logical_to_mesh_spec(names)`` on the active mesh.
+
+  Raises:
+    ValueError: if a mesh is active and ``names`` has not one entry per dimension of ``x``.
   """
   if active_mesh() is None:
     return x

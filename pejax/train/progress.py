@@ -19,6 +19,12 @@ def format_duration(seconds: float | None) -> str:
   """Rounds to seconds: ``3725.0 -> "1h02m05s"``, ``95.0 -> "1m35s"``, ``7.2 -> "7s"``.
 
   ``None`` or a non-finite value (unknown ETA) gives ``"?"``.
+
+  Args:
+    seconds: A duration in seconds (negative values count as 0), or None when unknown.
+
+  Returns:
+    The duration as ``"<h>h<mm>m<ss>s"``, ``"<m>m<ss>s"`` or ``"<s>s"``, or ``"?"``.
   """
   if seconds is None or not math.isfinite(seconds):
     return "?"
@@ -73,7 +79,14 @@ class ProgressMeter:
     self._window_tokens = 0.0
 
   def should_log(self, step: int) -> bool:
-    """Whether ``step`` ends a window: a multiple of ``log_every`` or the final step."""
+    """Whether ``step`` ends a window: a multiple of ``log_every`` or the final step.
+
+    Args:
+      step: A finished step (1-based count of applied updates).
+
+    Returns:
+      True if :meth:`update` logs a line at ``step``.
+    """
     return step >= self.total_steps or (self.log_every > 0 and step % self.log_every == 0)
 
   def update(
@@ -128,7 +141,17 @@ class ProgressMeter:
   def format_line(
       self, step: int, summary: dict[str, float | None], extra: dict[str, float] | None = None
   ) -> str:
-    """``step 150/600 (25%) | loss 2.3456 | 12.3k tok/s | 4.56 steps/s | ETA 1m38s | ...``."""
+    """``step 150/600 (25%) | loss 2.3456 | 12.3k tok/s | 4.56 steps/s | ETA 1m38s | ...``.
+
+    Args:
+      step: The step that ends the window.
+      summary: The window summary :meth:`update` returns (``loss``, ``tokens_per_s``,
+        ``steps_per_s``, ``eta_s``; unknown rates shown as ``?``).
+      extra: Values appended as ``name value`` (3 significant digits).
+
+    Returns:
+      The log line, fields joined by ``" | "``.
+    """
     width = len(str(self.total_steps))
     steps_per_s = summary["steps_per_s"]
     parts = [

@@ -38,7 +38,11 @@ class StopRequest:
     self._previous: dict[int, Any] = {}
 
   def request(self, name: str = "request") -> None:
-    """Sets the flag (what the handler does)."""
+    """Sets the flag (what the handler does).
+
+    Args:
+      name: Recorded as :attr:`signal_name`: the signal's name, or who asked for the stop.
+    """
     self.requested = True
     self.signal_name = name
 

@@ -127,7 +127,15 @@ def make_train_step(
     ``train_step(model, optimizer, batch)`` returning float32 scalars ``loss`` (masked mean NLL
     of the batch before the update), ``grad_norm`` (global norm before clipping), ``tokens``
     (scored positions, ``sum(loss_mask)``) and, with ``learning_rate_fn``, ``learning_rate``.
-    Call it with a batch passed through :func:`model_inputs` (the loop does).
+    Call it with a batch passed through :func:`model_inputs` (the loop does), a dict of
+    arrays that all have the shape ``[B, L]``:
+
+    * ``inputs``: int32 ``[B, L]`` token ids fed to the model.
+    * ``targets``: int32 ``[B, L]`` next-token ids (``inputs`` shifted left by one).
+    * ``positions``: int32 ``[B, L]`` position of each token, passed to the PE.
+    * ``loss_mask``: float32 ``[B, L]``, 1.0 where the target is scored and 0.0 elsewhere.
+    * ``segment_ids`` (optional): int32 ``[B, L]`` packed-document ids; attention stays
+      within a segment.
   """
 
   def train_step(
@@ -160,7 +168,9 @@ def eval_step(model: nnx.Module, batch: Mapping[str, Any]) -> dict[str, jax.Arra
 
   Args:
     model: The model (not modified).
-    batch: A batch dict (pass it through :func:`model_inputs`).
+    batch: A batch dict (pass it through :func:`model_inputs`): int32 ``[B, L]`` ``inputs``,
+      ``targets``, ``positions`` (and optional ``segment_ids``), float32 ``[B, L]``
+      ``loss_mask``, as for :func:`make_train_step`.
 
   Returns:
     float32 scalars ``nll_sum`` and ``tokens``; sum them over batches, perplexity is

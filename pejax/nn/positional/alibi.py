@@ -27,4 +27,13 @@ class AlibiPE(PositionalEncoding):
     self.num_heads = config.num_heads
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """Causal ALiBi bias ``-slope_h * (q - k)``; future keys are left to the causal mask.
+
+    Args:
+      q_positions: int ``[B | 1, Lq]``.
+      k_positions: int ``[B | 1, Lk]``.
+
+    Returns:
+      float32 ``[B | 1, H, Lq, Lk]``.
+    """
     return alibi_bias(q_positions, k_positions, alibi_slopes(self.num_heads), causal=True)

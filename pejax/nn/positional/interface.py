@@ -51,7 +51,11 @@ class PositionalEncoding(nnx.Module):
 
   @classmethod
   def check_config(cls, config: "DecoderConfig") -> None:
-    """Raises ``ValueError`` naming the field if ``config`` cannot be used with this PE."""
+    """Raises ``ValueError`` naming the field if ``config`` cannot be used with this PE.
+
+    Args:
+      config: the decoder config (checked before any parameter is built).
+    """
     del config
 
   def embed(self, x: Array, positions: Array) -> Array:

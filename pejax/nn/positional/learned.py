@@ -34,7 +34,21 @@ class LearnedPE(PositionalEncoding):
 
   @classmethod
   def check_config(cls, config: "DecoderConfig") -> None:
+    """Raises ``ValueError`` unless ``config.max_position`` (the table size) is a positive int.
+
+    Args:
+      config: the decoder config.
+    """
     arg_checks.check_positive_int("max_position", config.max_position)
 
   def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Adds the learned table rows of ``positions`` to the token embeddings.
+
+    Args:
+      x: ``[B, L, E]`` token embeddings.
+      positions: int ``[B | 1, L]``, each in ``[0, max_position)``.
+
+    Returns:
+      ``[B, L, E]`` in ``x.dtype``.
+    """
     return x + self.table(positions).astype(x.dtype)

@@ -32,12 +32,26 @@ _REGISTRY: dict[str, type[PositionalEncoding]] = {
 
 
 def pe_names() -> tuple[str, ...]:
-  """The registered PE names, sorted."""
+  """The registered PE names.
+
+  Returns:
+    Every name :func:`get_pe_class` accepts (``DecoderConfig.pe`` values), sorted.
+  """
   return tuple(sorted(_REGISTRY))
 
 
 def get_pe_class(name: str) -> type[PositionalEncoding]:
-  """The PE class registered as ``name``; ``ValueError`` listing the valid names otherwise."""
+  """The PE class registered as ``name``.
+
+  Args:
+    name: a registry name, one of :func:`pe_names` (e.g. ``"rope"``).
+
+  Returns:
+    The :class:`PositionalEncoding` subclass registered under ``name``.
+
+  Raises:
+    ValueError: if ``name`` is not registered (the message lists the valid names).
+  """
   if name not in _REGISTRY:
     raise ValueError(f"pe must be one of {list(pe_names())}, got {name!r}")
   return _REGISTRY[name]
@@ -61,5 +75,17 @@ def register_pe(name: str, pe_class: type[PositionalEncoding], *, overwrite: boo
 
 
 def build_pe(config: "DecoderConfig", *, rngs: nnx.Rngs) -> PositionalEncoding:
-  """Builds the PE named by ``config.pe``."""
+  """Builds the PE named by ``config.pe``.
+
+  Args:
+    config: the decoder config; ``config.pe`` selects the class (see :func:`get_pe_class`) and
+      the whole config is passed to its constructor.
+    rngs: PRNG streams for the PE's parameters (learned tables, T5 bias).
+
+  Returns:
+    A new instance of the registered :class:`PositionalEncoding` subclass.
+
+  Raises:
+    ValueError: if ``config.pe`` is not registered.
+  """
   return get_pe_class(config.pe)(config, rngs=rngs)

@@ -45,10 +45,30 @@ class RotaryPE(PositionalEncoding):
 
   @classmethod
   def check_config(cls, config: "DecoderConfig") -> None:
+    """Raises ``ValueError`` if the RoPE fields of ``config`` give no valid :class:`RopeConfig`.
+
+    Args:
+      config: the decoder config (``head_dim``, ``rope_fraction``, ``rope_base``,
+        ``rope_scaling``, ``rope_layout``).
+    """
     rope_config_of(config)
 
   def rotate(self, q: jax.Array, k: jax.Array, q_positions: jax.Array,
              k_positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Rotates the first ``rotary_dim`` channels of queries and keys by their positions.
+
+    Length-dependent scalings use ``max(q_positions, k_positions) + 1`` as the current length.
+
+    Args:
+      q: ``[B, Lq, H, D]`` queries.
+      k: ``[B, Lk, K, D]`` keys.
+      q_positions: int ``[B | 1, Lq]``.
+      k_positions: int ``[B | 1, Lk]``.
+
+    Returns:
+      ``(q, k)`` rotated (and scaled by the scaling's attention factor), with unchanged shapes
+      and dtypes.
+    """
     seq_len = None
     if isinstance(self.rope.scaling, LENGTH_DEPENDENT_SCALINGS):
       seq_len = jnp.maximum(jnp.max(q_positions), jnp.max(k_positions)) + 1

@@ -28,9 +28,23 @@ class SinusoidalPE(PositionalEncoding):
 
   @classmethod
   def check_config(cls, config: "DecoderConfig") -> None:
+    """Raises ``ValueError`` unless ``config.d_model`` (the table width E) is even.
+
+    Args:
+      config: the decoder config.
+    """
     if config.d_model % 2:
       raise ValueError(f"d_model must be even for sinusoidal positions, got {config.d_model}")
 
   def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Adds the sinusoidal encoding of ``positions`` to the token embeddings.
+
+    Args:
+      x: ``[B, L, E]`` token embeddings.
+      positions: int ``[B | 1, L]``.
+
+    Returns:
+      ``[B, L, E]`` in ``x.dtype``.
+    """
     table = sinusoidal_embedding(positions, x.shape[-1], dtype=jnp.float32)  # [B|1, L, E]
     return x + table.astype(x.dtype)

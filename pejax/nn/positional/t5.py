@@ -35,6 +35,12 @@ class T5BiasPE(PositionalEncoding):
 
   @classmethod
   def check_config(cls, config: "DecoderConfig") -> None:
+    """Raises ``ValueError`` if ``t5_num_buckets`` / ``t5_max_distance`` are invalid.
+
+    Args:
+      config: the decoder config (``t5_num_buckets``, ``t5_max_distance``,
+        ``t5_bidirectional``).
+    """
     try:
       t5_relative_position_bucket(
           np.zeros((), np.int32), bidirectional=config.t5_bidirectional,
@@ -43,4 +49,13 @@ class T5BiasPE(PositionalEncoding):
       raise ValueError(f"invalid t5_num_buckets / t5_max_distance: {e}") from None
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """The learned bias of the bucket of ``k - q``, per head.
+
+    Args:
+      q_positions: int ``[B | 1, Lq]``.
+      k_positions: int ``[B | 1, Lk]``.
+
+    Returns:
+      float32 ``[B | 1, H, Lq, Lk]``.
+    """
     return self.relative_bias(q_positions, k_positions)
