@@ -16,8 +16,14 @@ deleted only after a newer one is committed (``keep the last N``).
 
 Restoring never happens without a target: the abstract state of the given model and optimizer
 (``nnx.eval_shape``, with the shardings of their current arrays) is checked against the saved
-metadata, and the saved config against the current one, before any array is read; then the
-restored state is written in with ``nnx.update``.
+metadata, and the saved config against the current one (without a current config, against the
+model's own ``config`` when it has one, e.g. a :class:`pejax.nn.Decoder`: its PE and sizes), before
+any array is read; then the restored state is written in with ``nnx.update``.
+
+A newest checkpoint that cannot be read (a truncated or corrupt file) is not fatal when an older
+committed one exists: :meth:`Checkpointer.restore` without an explicit step falls back to the
+previous one with a warning naming both, and moves the unreadable step directory aside
+(``<step>.unreadable``) so the resumed run can write that step again.
 
 Sharded state: Orbax writes each array's shards from the processes that hold them (every process
 of a multi-host run calls :meth:`Checkpointer.save` and :meth:`Checkpointer.restore`; the
@@ -34,6 +40,7 @@ import json
 import os
 from typing import Any, Iterator, Mapping, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
@@ -109,6 +116,44 @@ def config_differences(
   return lines
 
 
+class CheckpointMismatchError(ValueError):
+  """The checkpoint does not fit the current config or model (message names the field)."""
+
+
+# Experiment-config field -> attribute of a model's own ``config`` (a ``DecoderConfig``): what
+# must agree when a checkpoint is restored without an experiment config.
+_MODEL_CONFIG_FIELDS = (
+    ("pe.name", "pe"), ("model.vocab_size", "vocab_size"), ("model.num_layers", "num_layers"),
+    ("model.d_model", "d_model"), ("model.num_heads", "num_heads"),
+    ("pe.rope_layout", "rope_layout"), ("pe.rope_fraction", "rope_fraction"))
+
+
+def model_config_differences(saved: Mapping[str, Any], model: Any) -> list[str]:
+  """Fields of a saved experiment config that disagree with ``model.config`` (if it has one).
+
+  Only fields the model's config states are compared (``pe`` as its registry name); a model
+  without a ``config`` attribute gives no differences.
+  """
+  model_config = getattr(model, "config", None)
+  if model_config is None or not saved:
+    return []
+  lines = []
+  for path, attribute in _MODEL_CONFIG_FIELDS:
+    if not hasattr(model_config, attribute):
+      continue
+    node: Any = saved
+    for key in path.split("."):
+      node = node.get(key) if isinstance(node, Mapping) else None
+    if node is None:
+      continue
+    current = getattr(model_config, attribute)
+    if attribute == "pe" and not isinstance(current, str):
+      current = getattr(current, "name", current)
+    if node != current:
+      lines.append(f"{path}: checkpoint has {node!r}, current model has {current!r}")
+  return lines
+
+
 @dataclasses.dataclass(frozen=True)
 class RestoredCheckpoint:
   """What :meth:`Checkpointer.restore` read besides the arrays it wrote into the model.
@@ -117,11 +162,13 @@ class RestoredCheckpoint:
     step: The restored step.
     data_state: The data iterator state saved with it (pass to ``iterator.set_state``).
     config: The saved experiment config dict (``None`` if none was saved).
+    skipped: Newer steps that could not be read (the restore fell back past them).
   """
 
   step: int
   data_state: dict[str, Any]
   config: dict[str, Any] | None
+  skipped: tuple[int, ...] = ()
 
 
 def _abstract_state(node: Any) -> Any:
@@ -216,11 +263,19 @@ class Checkpointer:
     )
 
   def latest_step(self) -> int | None:
-    """The newest complete checkpoint step, or ``None``."""
+    """The newest complete checkpoint step, or ``None``.
+
+    Returns:
+      The largest saved step, or ``None`` when the directory holds no checkpoint.
+    """
     return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
-    """All complete checkpoint steps, ascending (including ones still being written)."""
+    """All complete checkpoint steps, ascending (including ones still being written).
+
+    Returns:
+      The saved steps in ascending order (empty when there is none).
+    """
     return sorted(self._manager.all_steps())
 
   def save(
@@ -261,7 +316,17 @@ class Checkpointer:
     return bool(self._manager.save(step, args=args, force=True))
 
   def saved_config(self, step: int | None = None) -> dict[str, Any] | None:
-    """The config dict stored with ``step`` (default: latest); ``None`` if it has none."""
+    """The config dict stored with ``step`` (default: latest); ``None`` if it has none.
+
+    Args:
+      step: Checkpoint step to read; ``None`` means the latest.
+
+    Returns:
+      The JSON config dict saved with the checkpoint, or ``None`` if it was saved without one.
+
+    Raises:
+      FileNotFoundError: if there is no checkpoint (for ``step``).
+    """
     step = self._resolve_step(step)
     restored = self._manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
     return restored["config"] or None
@@ -282,33 +347,83 @@ class Checkpointer:
       return
     differences = config_differences(saved, self.config, sections=self.compatibility_sections)
     if differences:
-      raise ValueError(
+      raise CheckpointMismatchError(
           f"checkpoint {self.directory}/{step} is incompatible with the current config: "
           + "; ".join(differences))
 
   def restore(
       self, model: nnx.Module, optimizer: nnx.Optimizer | None = None, *,
       step: int | None = None) -> RestoredCheckpoint:
-    """Restores ``step`` (default: latest) into ``model`` and ``optimizer`` in place.
+    """Restores ``step`` (default: latest readable) into ``model`` and ``optimizer`` in place.
 
-    The config is compared first (:meth:`check_compatible`), then the saved variable paths,
-    shapes and dtypes against the abstract state of ``model`` / ``optimizer``; only then are
-    arrays read, into that abstract target, and written in with ``nnx.update``.
+    The config is compared first (:meth:`check_compatible`; without a current config, the saved
+    one against ``model.config`` when the model has one), then the saved variable paths, shapes
+    and dtypes against the abstract state of ``model`` / ``optimizer``; only then are arrays read,
+    into that abstract target, and written in with ``nnx.update``.
+
+    Without ``step``, a newest checkpoint that cannot be read (truncated or corrupt files) is
+    skipped with a warning naming it and the step restored instead, and moved aside to
+    ``<step>.unreadable``; the next older one is tried, and so on.
 
     Args:
       model: A model built from the current config (its values are overwritten).
       optimizer: Its optimizer, or ``None`` to restore the model alone (e.g. for evaluation).
-      step: Checkpoint step; default the latest.
+      step: Checkpoint step; default the latest readable one.
 
     Returns:
-      The :class:`RestoredCheckpoint` (step, data state, saved config).
+      The :class:`RestoredCheckpoint` (step, data state, saved config, skipped steps).
 
     Raises:
       FileNotFoundError: if there is no checkpoint (or not ``step``).
-      ValueError: naming the differing config fields or variables, if incompatible.
+      CheckpointMismatchError: a ``ValueError`` naming the differing config fields or
+        variables, if incompatible.
+      RuntimeError: if no checkpoint can be read (naming each step and its error).
     """
-    step = self._resolve_step(step)
+    if step is not None:
+      return self._restore_step(model, optimizer, self._resolve_step(step))
+    self._resolve_step(None)  # FileNotFoundError when there is none.
+    failures: list[tuple[int, str]] = []
+    for candidate in sorted(self._manager.all_steps(), reverse=True):
+      try:
+        restored = self._restore_step(model, optimizer, candidate)
+      except (CheckpointMismatchError, FileNotFoundError):
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        failures.append((candidate, reason))
+        continue
+      if failures:
+        for bad, reason in failures:
+          message = (f"checkpoint step {bad} in {self.directory} is unreadable ({reason}); "
+                     f"resuming from the previous committed checkpoint step {candidate}")
+          logging.warning(message)
+          self._set_aside(bad)
+        restored = dataclasses.replace(restored, skipped=tuple(b for b, _ in failures))
+      return restored
+    raise RuntimeError(f"no readable checkpoint in {self.directory}: " + "; ".join(
+        f"step {bad}: {reason}" for bad, reason in failures))
+
+  def _set_aside(self, step: int) -> None:
+    """Renames an unreadable step directory to ``<step>.unreadable`` (kept for inspection)."""
+    source = os.path.join(self.directory, str(step))
+    if os.path.isdir(source):
+      target = source + ".unreadable"
+      suffix = 1
+      while os.path.exists(target):
+        suffix += 1
+        target = f"{source}.unreadable{suffix}"
+      os.rename(source, target)
+    self._manager.reload()
+
+  def _restore_step(self, model: nnx.Module, optimizer: nnx.Optimizer | None,
+                    step: int) -> RestoredCheckpoint:
     self.check_compatible(step)
+    if self.config is None:
+      differences = model_config_differences(self.saved_config(step) or {}, model)
+      if differences:
+        raise CheckpointMismatchError(
+            f"checkpoint {self.directory}/{step} does not fit the current model: "
+            + "; ".join(differences))
     targets = {"model": model}
     if optimizer is not None:
       targets["optimizer"] = optimizer
@@ -318,7 +433,7 @@ class Checkpointer:
     for name, target in abstract.items():
       mismatches += _target_mismatches(name, metadata[name].tree, target)
     if mismatches:
-      raise ValueError(
+      raise CheckpointMismatchError(
           f"checkpoint {self.directory}/{step} does not fit the current model/optimizer: "
           + "; ".join(mismatches))
     args = {name: ocp.args.StandardRestore(target) for name, target in abstract.items()}
