@@ -17,8 +17,10 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
+import jax
 import ml_collections
 import numpy as np
+import pytest
 
 from pejax.nn import Decoder, DecoderConfig
 from pejax.train import checkpoint as checkpoint_lib
@@ -33,6 +35,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def _run_worker(mode: str, out: pathlib.Path) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
   env.pop("XLA_FLAGS", None)  # The worker sets its own device count.
+  # The same compiler settings as this process (tests/conftest.py), whose one-device halves the
+  # worker's results are compared with, and the same persistent compilation cache.
+  env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = str(int(jax.config.read("jax_disable_most_optimizations")))
+  if jax.config.jax_compilation_cache_dir:
+    env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
   proc = subprocess.run([sys.executable, str(WORKER), mode, str(out)], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=900)
   if proc.returncode:
@@ -40,6 +49,10 @@ def _run_worker(mode: str, out: pathlib.Path) -> dict:
   return json.loads((out / f"{mode}.json").read_text())
 
 
+# The 8-device worker runs once per session: under `pytest -n 2 --dist loadgroup` (setup.cfg)
+# this class stays on one xdist worker instead of starting the subprocess on each.
+@pytest.mark.xdist_group("mesh_worker")
+@pytest.mark.slow
 class MeshTrainingTest(parameterized.TestCase):
 
   @classmethod
