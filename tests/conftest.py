@@ -49,3 +49,18 @@ def _xla_optimized(request):
     yield
   finally:
     jax.config.update("jax_disable_most_optimizations", True)
+
+
+# --- Hypothesis profiles of the fuzz suite (tests/fuzz, issue 16) ------------------------------
+# "default": few draws, no deadline (the first draw compiles), derandomized (deterministic CI).
+# "long": many random draws; select it with --hypothesis-profile=long or HYPOTHESIS_PROFILE=long.
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", max_examples=15, deadline=None, derandomize=True, print_blob=True,
+    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large))
+settings.register_profile(
+    "long", max_examples=1000, deadline=None, derandomize=False, print_blob=True,
+    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+# --- end of the hypothesis profiles ------------------------------------------------------------
