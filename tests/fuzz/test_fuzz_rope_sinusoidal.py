@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import example
 from hypothesis import given
 from hypothesis import strategies as st
 import jax
@@ -27,6 +28,8 @@ _INT32 = np.iinfo(np.int32)
 # Positions: the full range of every integer dtype, int64 beyond int32 included (must raise).
 _POSITIONS_1D = ((5,), (2, 5), (1, 3))
 _BAD_LAYOUTS = ("half", "interleaved", "halves", "")
+# Fewer integer dtypes where each one compiles: one narrow, int32, int64 (past int32), uint32.
+_ALIBI_DTYPES = (np.int8, np.int32, np.int64, np.uint32)
 
 
 def _fits_int32(x: np.ndarray) -> bool:
@@ -187,10 +190,16 @@ _jit_rope = jax.jit(lambda x, positions, inv_freq, factor, layout: rope.apply_ro
     x, positions, inv_freq, layout=layout, attention_factor=factor), static_argnums=4)
 
 
-@given(x=fz.float_arrays(_X_SHAPES), positions=fz.int_arrays(_POSITIONS_1D + ((7,),),
-                                                                low=-2 ** 31, high=2 ** 31),
+@given(x=fz.float_arrays(_X_SHAPES), positions=fz.int_arrays(
+    _POSITIONS_1D + ((7,),), low=-2 ** 31, high=2 ** 31, dtypes=_ALIBI_DTYPES),
        half=st.sampled_from([1, 2, 3]), base=st.sampled_from([10000.0, 2.0]),
        layout=st.sampled_from(_BAD_LAYOUTS), factor=_FACTORS)
+# Regressions the fuzzer found: int64 positions past int32 (wrapped silently), a factor that
+# overflows float32.
+@example(x=jnp.ones((5, 2, 4)), positions=np.full((5,), 2 ** 31, np.int64), half=1, base=2.0,
+         layout="half", factor=1.0)
+@example(x=jnp.ones((5, 2, 4)), positions=np.arange(5), half=1, base=2.0, layout="half",
+         factor=1e300)
 def test_apply_rope(x, positions, half, base, layout, factor):
   inv_freq = jnp.asarray(base ** -(np.arange(half) / half), jnp.float32)
   eager = fz.run(lambda: rope.apply_rope(x, positions, inv_freq, layout=layout,
@@ -275,12 +284,11 @@ def test_alibi_slopes(num_heads):
 _jit_alibi = jax.jit(alibi.alibi_bias, static_argnames="causal")
 
 
-_ALIBI_DTYPES = (np.int8, np.int32, np.int64, np.uint32)
-
-
 @given(q=fz.int_arrays(((4,), (2, 4)), low=-2 ** 31, high=2 ** 31, dtypes=_ALIBI_DTYPES),
        k=fz.int_arrays(((2, 5), (3, 5)), low=-2 ** 31, high=2 ** 31, dtypes=_ALIBI_DTYPES),
        num_heads=st.sampled_from([1, 3]), causal=st.booleans())
+@example(q=np.array([2 ** 31 - 1, 0, 0, 0], np.int32), k=np.full((2, 5), -2 ** 31, np.int32),
+         num_heads=1, causal=True)  # k - q overflowed int32: a bias of 0.004 instead of -8e6
 def test_alibi_bias(q, k, num_heads, causal):
   slopes = alibi.alibi_slopes(num_heads)
   names = ("q_positions", "k_positions", "slopes")
