@@ -313,6 +313,15 @@ def check_attention_factor(attention_factor) -> Array:
   ``jax.jit`` argument) cannot raise: a bad one becomes NaN, and :func:`rotate_with_angles`
   returns all NaN, never a finite wrong number (the library's poison policy). A valid traced
   factor costs one scalar select.
+
+  Args:
+    attention_factor: a Python / NumPy / JAX scalar, concrete or traced.
+
+  Returns:
+    float32 scalar ``[]``: the factor, or NaN for a bad traced one.
+
+  Raises:
+    ValueError: naming ``attention_factor`` for a non-scalar or a bad concrete value.
   """
   if isinstance(attention_factor, jax.core.Tracer):
     if jnp.ndim(attention_factor) != 0:
