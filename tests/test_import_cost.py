@@ -9,6 +9,7 @@ import sys
 from absl.testing import absltest
 
 import pejax
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEAVY = ("flax", "optax", "orbax", "orbax.checkpoint", "ml_collections", "matplotlib")
@@ -25,6 +26,7 @@ def _modules_after(statement: str) -> list[str]:
 
 class ImportCostTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_pure_transforms_import_no_training_stack(self):
     self.assertEqual(_modules_after("import pejax, pejax.encodings\n"
                                     "pejax.apply_rope, pejax.alibi_bias, pejax.sinusoidal_table"),

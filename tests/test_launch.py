@@ -23,6 +23,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 import launch
+import pytest
 from pejax import compare
 from pejax import experiment_config
 from pejax.train import experiment
@@ -72,6 +73,7 @@ def _listing(directory):
 class CommandLineTest(absltest.TestCase):
   """The two claims that need a real interpreter."""
 
+  @pytest.mark.slow
   def test_sigterm_saves_skips_evaluation_exits_143_and_the_same_command_resumes(self):
     workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
     args = ["--pe=alibi", "--steps=20", f"--workdir={workdir}", *TINY,
@@ -100,6 +102,7 @@ class CommandLineTest(absltest.TestCase):
     train_steps = [r["step"] for r in records if r["split"] == "train"]
     self.assertEqual(train_steps, list(range(1, 21)))  # One uninterrupted log.
 
+  @pytest.mark.slow
   def test_help_and_usage_error_on_the_real_command_line(self):
     proc = _run_launch("--help", reexec=False)
     out, err = proc.communicate(timeout=120)  # absl's --help exits 1.
@@ -211,6 +214,7 @@ class RunRecordTest(absltest.TestCase):
       self.assertEqual(_launch(f"--workdir={self.workdir}"), 0)
     self.assertIn("is a finished run with these settings", out.getvalue())
 
+  @pytest.mark.slow
   def test_finished_run_rerun_and_eval_only_never_overwrite(self):
     results = (self.workdir / "results.json").read_text()
     self.assertEqual(_launch(*self.args), 0)  # Same command: prints the recorded results.
@@ -235,6 +239,7 @@ class RunRecordTest(absltest.TestCase):
     self.assertLen(names, 3)
     self.assertIn("alibi/nonoverlap/ppl@128", records[-1]["metrics"])
 
+  @pytest.mark.slow
   def test_outputs_final_numbers_loss_plot_and_tensorboard(self):
     results = json.loads((self.workdir / "results.json").read_text())
     final = results["meta"]["final"]
@@ -253,6 +258,7 @@ class RunRecordTest(absltest.TestCase):
     self.assertNotEmpty(events)
     self.assertIn(b"train/loss", b"".join(e.read_bytes() for e in events))
 
+  @pytest.mark.slow
   def test_compare_prints_one_table_and_one_plot(self):
     other = self.root / "rope"
     self.assertEqual(_launch("--steps=4", f"--workdir={other}", *TINY), 0)
@@ -277,6 +283,7 @@ class RunRecordTest(absltest.TestCase):
 
 class ConfigFilesTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_every_shipped_config_runs_a_few_steps(self):
     configs = sorted((ROOT / "experiments" / "configs").glob("*.py"))
     self.assertContainsSubset({"default", "quick", *launch.study_names()},
@@ -310,6 +317,7 @@ class ExperimentTest(absltest.TestCase):
     other = _tiny_config("", **{"optim.weight_decay": 0.0})
     self.assertNotEqual(experiment.run_name(other), experiment.run_name(_tiny_config("")))
 
+  @pytest.mark.slow
   def test_preempted_resume_falls_back_past_a_corrupt_checkpoint(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
     config = _tiny_config(workdir, **{"train.checkpoint_every": 2, "train.steps": 6,
@@ -336,6 +344,7 @@ class ExperimentTest(absltest.TestCase):
     self.assertTrue(experiment.is_finished(workdir))
     self.assertTrue((workdir / "checkpoints" / "5.unreadable").is_dir())
 
+  @pytest.mark.slow
   def test_learned_pe_past_table_and_zero_shot_scaling_label_has_the_factor(self):
     workdir = self.create_tempdir().full_path
     result = experiment.train_and_evaluate(
@@ -350,6 +359,7 @@ class ExperimentTest(absltest.TestCase):
     self.assertIn("rope + zero-shot yarn x2", result.text)
     self.assertLen(result.tables, 2)
 
+  @pytest.mark.slow
   def test_fine_tune_from_another_run_with_yarn_and_its_original_length(self):
     source = self.create_tempdir().full_path
     experiment.train_and_evaluate(_tiny_config(source, **{"train.steps": 2}), log=lambda s: None)
@@ -368,6 +378,7 @@ class ExperimentTest(absltest.TestCase):
           _tiny_config(self.create_tempdir().full_path,
                        **{"train.init_from": source, "model.d_model": 16}), log=lambda s: None)
 
+  @pytest.mark.slow
   def test_synthetic_task_reports_accuracy(self):
     workdir = self.create_tempdir().full_path
     result = experiment.train_and_evaluate(

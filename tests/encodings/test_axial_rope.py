@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import axial_rope as ar
 from pejax.encodings import position_grids as pg
@@ -45,6 +46,7 @@ class AxialRopeTest(chex.TestCase):
     chex.assert_trees_all_close(out[0, 0], np.array(_GOLDEN[layout], np.float32), atol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_each_axis_is_1d_rope_on_its_sub_dim(self):
     # Interleaved layout keeps each axis' pairs contiguous: channels [0:4] see the row with a
     # 4-dim RoPE, channels [4:12] the column with an 8-dim RoPE.

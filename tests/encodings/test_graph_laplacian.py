@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import graph_laplacian as gl
 
@@ -89,6 +90,7 @@ class LaplacianPETest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(("seed0", 0, 9, 4), ("seed1", 1, 12, 6), ("seed2", 2, 7, 6))
+  @pytest.mark.slow
   def test_eigen_equation_and_orthonormality(self, seed, n, k):
     a = _random_graph(seed, n)
     pe = self.variant(lambda x: gl.laplacian_pe(x, k=k))(a)
@@ -106,6 +108,7 @@ class LaplacianPETest(chex.TestCase):
     # Ascending and the smallest ones: equal to the sorted spectrum after the first.
     np.testing.assert_allclose(lam, np.linalg.eigvalsh(lap)[1:k + 1], atol=1e-5)
 
+  @pytest.mark.slow
   def test_canonical_sign_largest_entry_positive(self):
     v = np.asarray(gl.laplacian_pe(_random_graph(3, 10), k=5).vectors)
     for j in range(5):
@@ -126,6 +129,7 @@ class LaplacianPETest(chex.TestCase):
     _assert_equal_up_to_column_sign(self, pe_perm.vectors, np.asarray(pe.vectors)[perm], 1e-4)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_disconnected_skips_one_per_component(self):
     # Components {0,1,2,3} (path), {4,5} (edge), {6} (isolated): C = 3, N - C = 4 non-trivial.
     a = gl.dense_adjacency(np.array([[0, 1], [1, 2], [2, 3], [4, 5]]), num_nodes=7)
@@ -157,6 +161,7 @@ class LaplacianPETest(chex.TestCase):
     np.testing.assert_array_equal(pe.vectors, np.zeros((1, 2)))
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_batched_equals_per_graph(self):
     graphs = np.stack([_random_graph(6, 8), _random_graph(9, 8)])
     pe = self.variant(lambda x: gl.laplacian_pe(x, k=3))(graphs)
@@ -166,6 +171,7 @@ class LaplacianPETest(chex.TestCase):
       chex.assert_trees_all_close(pe.eigenvalues[b], single.eigenvalues, atol=1e-5)
       _assert_equal_up_to_column_sign(self, pe.vectors[b], single.vectors, 1e-4)
 
+  @pytest.mark.slow
   def test_random_sign_flip(self):
     a = _random_graph(7, 9)
     base = np.asarray(gl.laplacian_pe(a, k=6).vectors)
@@ -194,6 +200,7 @@ class EdgeListTest(chex.TestCase):
     np.testing.assert_array_equal(weighted, [[0, 0, 2.5], [0, 0, 0], [2.5, 0, 0]])
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_edges_match_dense(self):
     a = _random_graph(8, 8)
     rows, cols = np.nonzero(np.triu(a))

@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import graph_laplacian as gl
 from pejax.encodings import graph_random_walk as grw
@@ -85,6 +86,7 @@ class RandomWalkPETest(chex.TestCase):
     chex.assert_trees_all_close(fn(a[perm][:, perm]), np.asarray(fn(a))[perm], atol=1e-6)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_batched(self):
     graphs = np.stack([_path_adjacency(5), np.asarray(gl.dense_adjacency(_cycle_edges(5),
                                                                          num_nodes=5))])

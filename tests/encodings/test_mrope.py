@@ -114,6 +114,7 @@ class ApplyMropeTest(chex.TestCase):
       self.assertGreater(sel.sum(), 0)
       np.testing.assert_allclose(scores[sel], scores[sel][0], atol=2e-5)
 
+  @pytest.mark.slow
   def test_batched_ids(self):
     inv_freq, _ = rope.rope_inv_freq(rope.RopeConfig(8))
     ids = jnp.stack([mrope.mrope_position_ids([1, (1, 2, 2), 1]),

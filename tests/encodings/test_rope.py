@@ -9,6 +9,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import rope
 from pejax.encodings import rope_hf
@@ -300,6 +301,7 @@ class ApplyRopeTest(chex.TestCase):
     np.testing.assert_allclose(fn(x_half[..., perm], "interleaved"), fn(x_half, "half")[..., perm],
                                rtol=1e-5, atol=1e-5)
 
+  @pytest.mark.slow
   def test_permuted_weights_interleaved_equals_half(self):
     num_heads, head_dim, d_model = 3, 8, 12
     keys = jax.random.split(jax.random.PRNGKey(4), 3)
@@ -347,6 +349,7 @@ class ApplyRopeTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(("half", "half"), ("interleaved", "interleaved"))
+  @pytest.mark.slow
   def test_bf16_at_large_positions_matches_float32_reference(self, layout):
     inv_freq, _ = rope.rope_inv_freq(rope.RopeConfig(64))
     x = jax.random.normal(jax.random.PRNGKey(6), (3, 4, 2, 64)).astype(jnp.bfloat16)

@@ -8,6 +8,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings import axial_rope as ar
 from pejax.encodings import position_grids as pg
@@ -36,6 +37,7 @@ class InitTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ("random_2d", "random", 2), ("per_freq_2d", "random_per_frequency", 2),
       ("random_3d", "random", 3), ("per_freq_3d", "random_per_frequency", 3), ("axial", "axial", 2))
+  @pytest.mark.slow
   def test_magnitudes_are_axial_frequencies(self, init, num_axes):
     freqs = np.asarray(rm.rope_mixed_init_freqs(jax.random.key(1), 12, 3, num_axes=num_axes,
                                                 init=init))
@@ -81,6 +83,7 @@ class RopeMixedModuleTest(chex.TestCase):
   @parameterized.named_parameters(
       ("2d_half", 2, "half", None), ("2d_interleaved", 2, "interleaved", None),
       ("3d_half", 3, "half", None), ("2d_split", 2, "half", (4, 8)))
+  @pytest.mark.slow
   def test_axial_init_reduces_to_axial_rope(self, num_axes, layout, split):
     head_dim, heads = 12, 3
     module = rm.RopeMixed(head_dim, heads, num_axes=num_axes, base=100.0, split=split,

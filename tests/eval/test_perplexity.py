@@ -8,6 +8,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax import eval as eval_lib
 from pejax.nn import Decoder
@@ -35,6 +36,7 @@ class PerplexityTest(chex.TestCase):
     self.tokens = np.random.default_rng(0).integers(0, 256, size=1000).astype(np.uint8)
     self.model = _tiny()
 
+  @pytest.mark.slow
   def test_nonoverlap_equals_direct_computation(self):
     (result,) = eval_lib.perplexity_at_lengths(
         self.model, self.tokens, lengths=[32], modes=["nonoverlap"], max_tokens=96,
@@ -45,6 +47,7 @@ class PerplexityTest(chex.TestCase):
     np.testing.assert_allclose(result.perplexity, math.exp(direct.mean()), rtol=1e-5)
     np.testing.assert_allclose(result.bits_per_byte, direct.mean() / math.log(2), rtol=1e-5)
 
+  @pytest.mark.slow
   def test_sliding_scores_each_token_once_with_context(self):
     (result,) = eval_lib.perplexity_at_lengths(
         self.model, self.tokens, lengths=[32], modes=["sliding"], max_tokens=64,
@@ -57,6 +60,7 @@ class PerplexityTest(chex.TestCase):
     self.assertEqual(result.tokens, 64)
     np.testing.assert_allclose(result.nll, direct.mean(), rtol=1e-5)
 
+  @pytest.mark.slow
   def test_blockwise_above_threshold_gives_same_numbers(self):
     dense = eval_lib.perplexity_at_lengths(self.model, self.tokens, lengths=[64],
                                            modes=["nonoverlap"], max_tokens=128)

@@ -6,6 +6,7 @@ import json
 import pathlib
 
 from absl.testing import absltest
+import pytest
 
 from experiments import context_extension
 from experiments import study_report
@@ -61,6 +62,7 @@ class VerdictTest(absltest.TestCase):
 
 class SmokeTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_tiny_run_writes_report_json_and_plots(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"

@@ -7,6 +7,7 @@ import pathlib
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from experiments import gallery
 from experiments import study_report
@@ -59,6 +60,7 @@ class CheckTest(absltest.TestCase):
 
 class RunTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_run_writes_report_json_and_pngs(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
     options = study_report.StudyOptions(quick=True, workdir=str(workdir), command="test")

@@ -10,6 +10,7 @@ import sys
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from experiments.image_grid import digits
 from experiments.image_grid import report
@@ -21,6 +22,7 @@ _REPO = pathlib.Path(__file__).resolve().parents[2]
 
 class ImageGridTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_tiny_study_writes_report(self):
     config = study.StudyConfig(pes=("learned", "rope_mixed"), seeds=(0,), steps=3, batch_size=16,
                                warmup_steps=1, d_model=16, num_heads=2, num_layers=1, mlp_dim=16)
@@ -44,13 +46,15 @@ class ImageGridTest(absltest.TestCase):
     self.assertIn("8x8 interpolated", text)
     self.assertEqual(paths["plot"].read_bytes()[:4], b"\x89PNG")
 
+  @pytest.mark.slow
   def test_vit_accepts_any_grid(self):
     from flax import nnx  # pylint: disable=g-import-not-at-top
+    forward = nnx.jit(lambda model, images: model(images))
     for pe in vit.PE_CHOICES:
       model = vit.TinyViT(vit.ViTConfig(pe=pe, d_model=16, num_heads=2, num_layers=1,
                                         mlp_dim=16), rngs=nnx.Rngs(0))
-      small = model(np.zeros((2, 8, 8), np.float32))
-      large = model(np.zeros((2, 16, 16), np.float32))
+      small = forward(model, np.zeros((2, 8, 8), np.float32))
+      large = forward(model, np.zeros((2, 16, 16), np.float32))
       self.assertEqual(small.shape, (2, 10))
       self.assertEqual(large.shape, (2, 10))
       self.assertTrue(np.all(np.isfinite(np.asarray(large))), pe)
@@ -72,6 +76,7 @@ class ImageGridTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "steps"):
       study.StudyConfig(steps=0)
 
+  @pytest.mark.slow
   def test_command_line(self):
     workdir = self.create_tempdir().full_path
     env = dict(os.environ, JAX_PLATFORMS="cpu")

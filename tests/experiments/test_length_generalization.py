@@ -7,6 +7,7 @@ import pathlib
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from experiments import length_generalization as lg
 from experiments import study_report
@@ -102,6 +103,7 @@ class VerdictTest(absltest.TestCase):
 
 class TinyStudyTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_tiny_run_writes_report_json_and_plot(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     options = study_report.StudyOptions(

@@ -6,6 +6,7 @@ import json
 import pathlib
 
 from absl.testing import absltest
+import pytest
 
 from experiments import passkey_scaling
 from experiments import study_report
@@ -48,6 +49,7 @@ class VerdictTest(absltest.TestCase):
 
 class SmokeTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_tiny_run_writes_report_json_and_heatmaps(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     options = study_report.StudyOptions(

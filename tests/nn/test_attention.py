@@ -8,6 +8,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
 from pejax.nn.attention import attention, choose_implementation
@@ -64,6 +65,7 @@ class AttentionTest(chex.TestCase):
       ("blockwise_tile_4", "blockwise", 4),
       ("blockwise_tile_5", "blockwise", 5),
   )
+  @pytest.mark.slow
   def test_matches_naive_reference_with_bias_gqa_and_segments(self, implementation, block_size):
     q, k, v = _inputs()
     positions = jnp.arange(13, dtype=jnp.int32)[None, :]
@@ -83,6 +85,7 @@ class AttentionTest(chex.TestCase):
     chex.assert_trees_all_close(out, expected.astype(np.float32), atol=2e-6, rtol=2e-6)
 
   @parameterized.named_parameters(("dense_chunked", "dense"), ("blockwise", "blockwise"))
+  @pytest.mark.slow
   def test_long_causal_chunked_path_matches_reference(self, implementation):
     """L >= 128 takes dense attention's causal chunking (queries split, upper triangle skipped)."""
     q, k, v = _inputs(batch=1, q_len=200, k_len=200, dim=4, seed=3)
@@ -100,6 +103,7 @@ class AttentionTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(("dense", "dense"), ("blockwise", "blockwise"))
+  @pytest.mark.slow
   def test_offset_queries_over_partially_filled_cache(self, implementation):
     # 3 new queries at slots 4..6 of a 16-slot cache holding 7 valid keys.
     q, _, _ = _inputs(q_len=3, seed=1)
@@ -117,6 +121,7 @@ class AttentionTest(chex.TestCase):
                                 kv_length=7)
     chex.assert_trees_all_close(run(q, k, v), expected.astype(np.float32), atol=2e-6, rtol=2e-6)
 
+  @pytest.mark.slow
   def test_garbage_past_kv_length_is_ignored(self):
     q, k, v = _inputs(q_len=1, k_len=12)
     positions_q = jnp.array([[5]], jnp.int32)
@@ -129,6 +134,7 @@ class AttentionTest(chex.TestCase):
                                    block_size=4)
       chex.assert_trees_all_close(run(k, v), run(poisoned_k, poisoned_v), atol=1e-6)
 
+  @pytest.mark.slow
   def test_blockwise_gradients_match_dense(self):
     q, k, v = _inputs(q_len=11, k_len=11)
     positions = jnp.arange(11, dtype=jnp.int32)[None, :]
@@ -144,6 +150,7 @@ class AttentionTest(chex.TestCase):
     chex.assert_trees_all_close(blockwise, dense, atol=5e-6, rtol=5e-6)
     chex.assert_tree_all_finite(blockwise)
 
+  @pytest.mark.slow
   def test_gradient_of_batch_shared_learned_bias(self):
     # A [1, H, L, L] bias shared by the batch gets the batch-summed gradient (dense: in its
     # custom VJP; blockwise: broadcast_batch), a [B, H, L, L] bias one per row. Both must give
@@ -166,6 +173,7 @@ class AttentionTest(chex.TestCase):
       grad = jax.jit(jax.grad(loss), static_argnums=(1, 2))(scale, implementation, True)
       chex.assert_trees_all_close(grad, expected, atol=1e-5, rtol=1e-5)
 
+  @pytest.mark.slow
   def test_blockwise_gradient_of_a_bias_closing_over_float_and_integer_arrays(self):
     # Like T5: a learned float table indexed by an integer array the bias function closes over.
     q, k, v = _inputs(q_len=9, k_len=9)
@@ -186,6 +194,7 @@ class AttentionTest(chex.TestCase):
     self.assertGreater(float(jnp.min(jnp.abs(expected))), 0.0)
     chex.assert_trees_all_close(got, expected, atol=1e-5, rtol=1e-5)
 
+  @pytest.mark.slow
   def test_blockwise_backward_memory_grows_linearly(self):
     # Forward + backward temporaries (compile only): O(L), not O(L^2 / tile).
     def temp_bytes(length):
@@ -203,6 +212,7 @@ class AttentionTest(chex.TestCase):
     small, large = temp_bytes(512), temp_bytes(2048)
     self.assertLess(large, 5 * small)  # 4x the length: linear is 4x, quadratic would be 16x.
 
+  @pytest.mark.slow
   def test_bfloat16_keeps_dtype_and_is_close(self):
     q, k, v = (a.astype(jnp.bfloat16) for a in _inputs())
     positions = jnp.arange(13, dtype=jnp.int32)[None, :]

@@ -11,6 +11,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings.rope_scaling import YaRNScaling
 from pejax.nn import Decoder, DecoderConfig, pe_names
@@ -76,6 +77,7 @@ class DecoderPerPETest(parameterized.TestCase):
     chex.assert_tree_all_finite(logits)
 
   @parameterized.named_parameters(*PE_CASES)
+  @pytest.mark.slow
   def test_no_retrace_on_repeated_calls(self, options):
     chex.clear_trace_counter()  # The counter is keyed by function location, shared by cases.
     graphdef, state = nnx.split(_model(**options))
@@ -90,6 +92,7 @@ class DecoderPerPETest(parameterized.TestCase):
       forward(state, _tokens(2, 13, seed), positions + seed)
 
   @parameterized.named_parameters(*PE_CASES)
+  @pytest.mark.slow
   def test_blockwise_equals_dense(self, options):
     # 13 tokens in tiles of 4: the last tile is padded, the causal tiles above it skipped.
     model = _model(**options)
@@ -100,6 +103,7 @@ class DecoderPerPETest(parameterized.TestCase):
     chex.assert_trees_all_close(blockwise, dense, atol=2e-5, rtol=2e-5)
 
   @parameterized.named_parameters(*PE_CASES)
+  @pytest.mark.slow
   def test_decode_with_cache_equals_full_forward(self, options):
     model = _model(**options)
     tokens = _tokens(2, 13)
@@ -114,6 +118,7 @@ class DecoderPerPETest(parameterized.TestCase):
     chex.assert_trees_all_close(jnp.concatenate(steps, axis=1), full, atol=2e-5, rtol=2e-5)
 
   @parameterized.named_parameters(*PE_CASES)
+  @pytest.mark.slow
   def test_packed_sequences_equal_separate_sequences(self, options):
     model = _model(**options)
     first, second = _tokens(1, 5, seed=1), _tokens(1, 8, seed=2)
@@ -131,6 +136,7 @@ class DecoderPropertiesTest(parameterized.TestCase):
   """Model-level claims about what each PE lets the decoder see."""
 
   @parameterized.named_parameters(*((name, name) for name in BUILTIN_PES))
+  @pytest.mark.slow
   def test_permuting_earlier_tokens(self, pe):
     # One layer: the last token attends to the earlier tokens' embeddings as a set, so without a
     # PE its output cannot depend on their order; every PE must break this symmetry.
@@ -147,6 +153,7 @@ class DecoderPropertiesTest(parameterized.TestCase):
       self.assertGreater(float(jnp.max(jnp.abs(last_permuted - last))), 1e-3)
 
   @parameterized.named_parameters(*((name, name) for name in BUILTIN_PES))
+  @pytest.mark.slow
   def test_shifting_all_positions(self, pe):
     model = _model(pe=pe)
     _randomize_pe_params(model)
@@ -167,6 +174,7 @@ class DecoderVariantsTest(parameterized.TestCase):
       ("gelu_untied_mha", dict(mlp="gelu", tie_embeddings=False, num_kv_heads=None)),
       ("swiglu_mqa", dict(num_kv_heads=1)),
   )
+  @pytest.mark.slow
   def test_architecture_options(self, options):
     model = _model(pe="alibi", **options)
     tokens = _tokens(2, 13)
@@ -175,6 +183,7 @@ class DecoderVariantsTest(parameterized.TestCase):
     self.assertEqual(model.lm_head is None, options.get("tie_embeddings", True))
 
   @parameterized.named_parameters(("rope", "rope"), ("t5", "t5"))
+  @pytest.mark.slow
   def test_bfloat16_compute(self, pe):
     model = _model(pe=pe, dtype="bfloat16")
     reference = _model(pe=pe)  # Same seed: same float32 parameters.
@@ -188,6 +197,7 @@ class DecoderVariantsTest(parameterized.TestCase):
     blockwise = _forward_blockwise(model, tokens, None, None)
     np.testing.assert_allclose(blockwise, logits, atol=0.05 * float(jnp.max(jnp.abs(logits))))
 
+  @pytest.mark.slow
   def test_training_step_with_blockwise_attention_reduces_loss(self):
     import optax  # pylint: disable=g-import-not-at-top
     model = _model(pe="t5", attention="blockwise")

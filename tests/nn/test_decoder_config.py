@@ -10,6 +10,7 @@ import chex
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import pytest
 
 from pejax.encodings.rope_scaling import LinearScaling
 from pejax.nn import Decoder, DecoderConfig, PositionalEncoding, pe_names, register_pe
@@ -74,6 +75,7 @@ class RegistryTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "pe_class must be a PositionalEncoding subclass"):
       register_pe("mine", dict)
 
+  @pytest.mark.slow
   def test_new_pe_in_one_class_plus_registration(self):
     """A KERPLE-log-like bias with a learned parameter, added without touching pejax.nn."""
 
@@ -93,11 +95,13 @@ class RegistryTest(parameterized.TestCase):
       self.assertIn("log_distance", pe_names())
       model = Decoder(DecoderConfig(pe="log_distance", **TINY), rngs=nnx.Rngs(0))
       tokens = jax.random.randint(jax.random.key(0), (2, 11), 0, 32, dtype=jnp.int32)
-      dense = model(tokens, attention="dense")
-      blockwise = model(tokens, attention="blockwise")
+      forward = nnx.jit(lambda m, t, attention: m(t, attention=attention),
+                        static_argnames="attention")
+      dense = forward(model, tokens, "dense")
+      blockwise = forward(model, tokens, "blockwise")
       chex.assert_trees_all_close(blockwise, dense, atol=2e-5)
       # Its parameter is trained like any other.
-      grads = nnx.grad(lambda m: m(tokens).sum())(model)
+      grads = nnx.jit(nnx.grad(lambda m: m(tokens).sum()))(model)
       self.assertGreater(float(jnp.abs(grads.pe.scale[...]).max()), 0.0)
     self.assertNotIn("log_distance", pe_names())
 

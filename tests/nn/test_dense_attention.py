@@ -12,6 +12,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.nn.attention import causal_chunks
 from pejax.nn.attention_mask import attention_mask
@@ -54,6 +55,7 @@ class DenseAttentionGradientTest(parameterized.TestCase):
       (64, "shared", False),
       (64, "per_row", True),
   )
+  @pytest.mark.slow
   def test_value_and_gradients_match_autodiff(self, group_elements, bias_kind, chunked):
     batch, length, heads, kv_heads = 4, 10, 4, 2
     q, k, v, bias, cotangent = _case(batch, length, length, heads, kv_heads)
@@ -87,6 +89,7 @@ class DenseAttentionGradientTest(parameterized.TestCase):
       self.assertGreater(float(jnp.max(jnp.abs(grads[3]))), 0.0)
 
   @parameterized.parameters(2 ** 18, 64)
+  @pytest.mark.slow
   def test_cache_offset_kv_length_and_fully_masked_rows(self, group_elements):
     # Queries at slots 5..7 of an 9-slot cache filled up to 7; row 1's second query has a segment
     # id no key has, so it sees nothing: it averages the values uniformly, in value and gradient.
@@ -135,6 +138,7 @@ class DenseAttentionGradientTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r"bias must have shape \[1 or 2, 2, 6, 6\]"):
       call(((0, 6, 6),), bias[:, :, :5])
 
+  @pytest.mark.slow
   def test_residuals_grow_linearly_with_length(self):
     # The backward pass keeps q, k, v, the output and per-row statistics, never [L, L] arrays:
     # doubling the length doubles what the VJP closure holds.

@@ -8,6 +8,7 @@ import chex
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import pytest
 
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LinearScaling, YaRNScaling
 from pejax.nn import Decoder, DecoderConfig, KVCache
@@ -54,6 +55,7 @@ class DynamicScalingCacheTest(parameterized.TestCase):
                            **{**TINY, "num_layers": num_layers})
     return Decoder(config, rngs=nnx.Rngs(0))
 
+  @pytest.mark.slow
   def test_pre_rotation_cache_equals_full_forward_beyond_original_length(self):
     model = self._model(cache_rotated_keys=False)
     tokens, positions = _tokens(2, 24), _arange(2, 24)
@@ -65,6 +67,7 @@ class DynamicScalingCacheTest(parameterized.TestCase):
     prefix = _forward(model, tokens[:, :15], positions[:, :15])
     chex.assert_trees_all_close(decoded[:, 14], prefix[:, -1], atol=2e-5, rtol=2e-5)
 
+  @pytest.mark.slow
   def test_post_rotation_cache_has_stale_keys(self):
     tokens, positions = _tokens(2, 24), _arange(2, 24)
     pre, _ = _decode_all(self._model(cache_rotated_keys=False), tokens, positions, prompt=4)
@@ -74,6 +77,7 @@ class DynamicScalingCacheTest(parameterized.TestCase):
     # Past it, keys written at shorter lengths keep their old rotation: the logits differ.
     self.assertGreater(float(jnp.max(jnp.abs(post[:, -1] - pre[:, -1]))), 1e-2)
 
+  @pytest.mark.slow
   def test_pre_rotation_is_closer_than_post_rotation_with_two_layers(self):
     tokens, positions = _tokens(2, 24), _arange(2, 24)
     errors = {}
@@ -94,6 +98,7 @@ class CacheModesTest(parameterized.TestCase):
       ("linear_pre_rotation", dict(pe="rope", rope_scaling=LinearScaling(2.0))),
       ("t5_post_rotation_flag", dict(pe="t5", cache_rotated_keys=True)),
   )
+  @pytest.mark.slow
   def test_static_frequencies_decode_equals_full_forward_in_both_modes(self, options):
     model = Decoder(DecoderConfig(**{**TINY, **options}), rngs=nnx.Rngs(0))
     tokens, positions = _tokens(2, 12), _arange(2, 12, start=3)
@@ -102,6 +107,7 @@ class CacheModesTest(parameterized.TestCase):
                                 rtol=2e-5)
 
   @parameterized.named_parameters(("alibi", "alibi"), ("rope", "rope"), ("learned", "learned"))
+  @pytest.mark.slow
   def test_explicit_irregular_positions(self, pe):
     # Randomized-positions style: sorted, distinct, with gaps; different per row.
     model = Decoder(DecoderConfig(pe=pe, max_position=64, **TINY), rngs=nnx.Rngs(0))
@@ -114,6 +120,7 @@ class CacheModesTest(parameterized.TestCase):
     chex.assert_trees_all_equal(cache.positions, positions)
 
   @parameterized.named_parameters(("dense", "dense"), ("blockwise", "blockwise"))
+  @pytest.mark.slow
   def test_chunked_prefill(self, attention):
     model = Decoder(DecoderConfig(pe="alibi", attention=attention, **TINY), rngs=nnx.Rngs(0))
     tokens = _tokens(2, 13)

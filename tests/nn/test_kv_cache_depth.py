@@ -20,6 +20,7 @@ from absl.testing import parameterized
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import pytest
 
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LongRoPEScaling, YaRNScaling
 from pejax.nn import Decoder, DecoderConfig
@@ -74,10 +75,12 @@ def _gaps(scaling_name: str) -> dict[int, float]:
 class KVCacheDepthTest(parameterized.TestCase):
 
   @parameterized.parameters("dynamic_ntk", "longrope")
+  @pytest.mark.slow
   def test_length_dependent_scaling_is_exact_for_one_layer(self, scaling):
     self.assertLess(_gaps(scaling)[1], 1e-4)
 
   @parameterized.parameters("dynamic_ntk", "longrope")
+  @pytest.mark.slow
   def test_length_dependent_scaling_is_not_exact_for_two_layers(self, scaling):
     # Measured here: dynamic NTK 0.012, LongRoPE 0.009; other 2-layer models up to 0.08 (README).
     gap = _gaps(scaling)[2]

@@ -15,6 +15,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
 from pejax.encodings.rope import RopeConfig, apply_rope, rope_inv_freq
@@ -85,6 +86,7 @@ class LinenInteropTest(parameterized.TestCase):
     return module, params
 
   @parameterized.named_parameters(("rope", "rope"), ("alibi", "alibi"))
+  @pytest.mark.slow
   def test_linen_matches_numpy_reference(self, pe):
     module, params = self._linen(pe)
     out = jax.jit(module.apply)({"params": params}, self.x, self.positions)
@@ -92,6 +94,7 @@ class LinenInteropTest(parameterized.TestCase):
                                atol=2e-5, rtol=2e-5)
 
   @parameterized.named_parameters(("rope", "rope"), ("alibi", "alibi"))
+  @pytest.mark.slow
   def test_linen_matches_nnx_self_attention(self, pe):
     module, params = self._linen(pe)
     config = DecoderConfig(pe=pe, d_model=WIDTH, num_heads=NUM_HEADS, num_layers=1)

@@ -8,6 +8,7 @@ import chex
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import pytest
 
 from pejax.nn.token_linear import TokenLinear
 
@@ -15,6 +16,7 @@ from pejax.nn.token_linear import TokenLinear
 class TokenLinearTest(parameterized.TestCase):
 
   @parameterized.parameters(((5,),), ((3, 5),), ((2, 3, 5),), ((2, 1, 3, 5),))
+  @pytest.mark.slow
   def test_matches_nnx_linear_value_and_gradients(self, shape):
     ours = TokenLinear(5, 7, use_bias=True, rngs=nnx.Rngs(0))
     theirs = nnx.Linear(5, 7, use_bias=True, rngs=nnx.Rngs(0))

@@ -36,12 +36,8 @@ def _run_worker(mode: str, out: pathlib.Path) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
   env.pop("XLA_FLAGS", None)  # The worker sets its own device count.
   # The same compiler settings as this process (tests/conftest.py), whose one-device halves the
-  # worker's results are compared with, and the same persistent compilation cache.
+  # worker's results are compared with (the compilation cache comes through os.environ).
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = str(int(jax.config.read("jax_disable_most_optimizations")))
-  if jax.config.jax_compilation_cache_dir:
-    env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
   proc = subprocess.run([sys.executable, str(WORKER), mode, str(out)], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=900)
   if proc.returncode:
@@ -49,9 +45,8 @@ def _run_worker(mode: str, out: pathlib.Path) -> dict:
   return json.loads((out / f"{mode}.json").read_text())
 
 
-# The 8-device worker runs once per session: under `pytest -n 2 --dist loadgroup` (setup.cfg)
-# this class stays on one xdist worker instead of starting the subprocess on each.
-@pytest.mark.xdist_group("mesh_worker")
+# The 8-device worker runs once per session: under `pytest -n 2 --dist loadscope` (setup.cfg)
+# a class stays on one xdist worker instead of starting the subprocess on each.
 @pytest.mark.slow
 class MeshTrainingTest(parameterized.TestCase):
 

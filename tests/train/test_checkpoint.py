@@ -16,6 +16,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
 from orbax.checkpoint._src.handlers import json_checkpoint_handler
+import pytest
 
 from pejax.experiment_config import get_default_config
 from pejax.train import checkpoint as checkpoint_lib
@@ -205,6 +206,7 @@ class CheckpointerTest(parameterized.TestCase):
       self.assertEqual(checkpointer.restore(same).step, 1)
     _assert_same_state(self, rope, same)
 
+  @pytest.mark.slow
   def test_corrupt_newest_checkpoint_falls_back_with_a_warning(self):
     config = _config()
     model, optimizer = _build(config)
@@ -243,6 +245,7 @@ class CheckpointerTest(parameterized.TestCase):
         checkpointer.restore(model, optimizer, step=5)
 
   @parameterized.named_parameters(("keep_two", 2, [4, 5]), ("keep_one", 1, [5]))
+  @pytest.mark.slow
   def test_keep_last_n(self, keep, expected):
     model, optimizer = _build(_config())
     with checkpoint_lib.Checkpointer(self.directory, max_to_keep=keep) as checkpointer:
@@ -301,6 +304,7 @@ class CheckpointerTest(parameterized.TestCase):
     self.assertEqual(restored.data_state, {"step": 2})
     self.assertEqual(int(fresh_optimizer.step[...]), 0)
 
+  @pytest.mark.slow
   def test_killed_save_keeps_previous_checkpoint(self):
     # A child process saves step 1, then is SIGKILLed in the middle of writing step 2.
     script = textwrap.dedent(f"""

@@ -12,6 +12,7 @@ import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
+import pytest
 
 from pejax.train import optimizer as optimizer_lib
 
@@ -104,6 +105,7 @@ class WeightDecayMaskTest(parameterized.TestCase):
         "norm": {"scale": False, "bias": False},
     })
 
+  @pytest.mark.slow
   def test_zero_gradient_update_decays_only_matrices(self):
     # With zero gradients Adam's update is exactly 0, so only decoupled decay moves parameters:
     # p <- p - lr * wd * p for rank >= 2, unchanged otherwise.
@@ -136,6 +138,7 @@ class AdamWFromConfigTest(parameterized.TestCase):
     updates, _ = tx.update({"w": jnp.full((2, 2), 0.01)}, state, params)
     return np.asarray(updates["w"])
 
+  @pytest.mark.slow
   def test_clipping_acts_above_threshold_only(self):
     unclipped = self._two_updates(0.0)
     np.testing.assert_allclose(self._two_updates(1e9), unclipped, rtol=1e-6)

@@ -12,6 +12,7 @@ import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
+import pytest
 
 from pejax.experiment_config import get_default_config
 from pejax.train import checkpoint as checkpoint_lib
@@ -144,6 +145,7 @@ class TrainLoopTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("sigterm", "SIGTERM"), ("sigint", "SIGINT"), ("crash", "crash"))
+  @pytest.mark.slow
   def test_resume_is_bitwise_identical(self, interruption):
     config = _config(steps=6)
     straight_model, straight_optimizer, straight = self._straight_run(config)
@@ -196,6 +198,7 @@ class TrainLoopTest(parameterized.TestCase):
     finally:
       signal.signal(signal.SIGTERM, previous)
 
+  @pytest.mark.slow
   def test_resume_with_more_steps(self):
     workdir = os.path.join(self.root, "grow")
     model, optimizer = _build(_config(steps=4))
@@ -211,6 +214,7 @@ class TrainLoopTest(parameterized.TestCase):
     self.assertEqual(data.step, 7)
     self.assertEqual(int(optimizer.step[...]), 7)
 
+  @pytest.mark.slow
   def test_already_finished_run_returns_immediately(self):
     config = _config(steps=3)
     self._straight_run(config, "done")
@@ -221,6 +225,7 @@ class TrainLoopTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("at_checkpoint_step", 4, 2), ("between_checkpoints", 5, 4), ("before_any", 1, None))
+  @pytest.mark.slow
   def test_nan_guard_keeps_last_good_checkpoint(self, bad_step, expected_checkpoint):
     config = _config(steps=8, checkpoint_every=2, keep_checkpoints=5)
     workdir = os.path.join(self.root, "nan")
@@ -244,6 +249,7 @@ class TrainLoopTest(parameterized.TestCase):
     records = metrics_lib.read_metrics(workdir)
     self.assertTrue(all(r["step"] < bad_step for r in records))
 
+  @pytest.mark.slow
   def test_keep_last_n(self):
     config = _config(steps=5, checkpoint_every=1, keep_checkpoints=2)
     self._straight_run(config, "keep")
@@ -319,6 +325,7 @@ class TrainLoopTest(parameterized.TestCase):
     self.assertTrue(progress[0].startswith("step 2/6"))
     self.assertIn("ETA", progress[1])
 
+  @pytest.mark.slow
   def test_metrics_file_reads_as_one_run_after_resume(self):
     config = _config(steps=6, log_every=1, checkpoint_every=3)
     workdir = os.path.join(self.root, "append")

@@ -13,6 +13,7 @@ import optax
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
+import pytest
 
 from pejax.train import optimizer as optimizer_lib
 from pejax.train import train_step as train_step_lib
@@ -65,6 +66,7 @@ class MaskedLossTest(chex.TestCase):
     chex.assert_type([nll_sum, tokens], jnp.float32)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_mean_matches_optax_reference(self):
     logits = jax.random.normal(jax.random.key(0), (3, 5, 7))
     targets = jax.random.randint(jax.random.key(1), (3, 5), 0, 7)
@@ -108,6 +110,7 @@ class MaskedLossTest(chex.TestCase):
     chex.assert_tree_all_finite(grad)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.slow
   def test_bfloat16_logits_give_float32_loss(self):
     logits = jax.random.normal(jax.random.key(0), (2, 3, 6))
     targets = jax.random.randint(jax.random.key(1), (2, 3), 0, 6)
@@ -148,6 +151,7 @@ class TrainStepTest(parameterized.TestCase):
     optimizer = optimizer_lib.create_optimizer(model, _optim_config(), total_steps=10)
     return model, optimizer
 
+  @pytest.mark.slow
   def test_metrics_and_learning_rate(self):
     model, optimizer = self._setup()
     schedule = optimizer_lib.schedule_from_config(_optim_config(), total_steps=10)
