@@ -43,6 +43,7 @@ from typing import Any, Optional
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from pejax.encodings import arg_checks
@@ -265,7 +266,10 @@ class Decoder(nnx.Module):
     if tokens.ndim != 2:
       raise ValueError(f"tokens must have shape [B, L], got {tokens.shape}")
     if not isinstance(tokens, jax.core.Tracer) and tokens.size:
-      low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+      # numpy, not jnp: a concrete array closed over by a jitted caller is still concrete, but
+      # jnp.min of it inside that trace would be a tracer.
+      values = np.asarray(tokens)
+      low, high = int(values.min()), int(values.max())
       vocab = self.config.vocab_size
       if low < 0 or high >= vocab:
         raise ValueError(

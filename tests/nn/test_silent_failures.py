@@ -11,6 +11,7 @@ import functools
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import chex
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,16 @@ class TokenRangeTest(parameterized.TestCase):
     cache = _filled(cache, 2)
     with self.assertRaisesRegex(ValueError, "tokens must be in"):
       model.decode_step(jnp.array([[bad]], jnp.int32), jnp.array([[2]], jnp.int32), cache)
+
+  def test_concrete_tokens_closed_over_by_a_jitted_function(self):
+    # Concrete (not an argument) yet used inside a trace: checked eagerly, no tracer error.
+    model = _model()
+    good = jnp.array([[1, 15, 3]], jnp.int32)
+    logits = nnx.jit(lambda m: m(good))(model)
+    chex.assert_trees_all_close(logits, _forward(model, good), atol=1e-6)
+    bad = jnp.array([[1, 16, 3]], jnp.int32)
+    with self.assertRaisesRegex(ValueError, "tokens must be in"):
+      nnx.jit(lambda m: m(bad))(model)
 
   def test_jit_negative_token_is_nan_not_token_v_minus_1(self):
     model = _model()
