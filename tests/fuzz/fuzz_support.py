@@ -160,3 +160,32 @@ def _is_float(x: Any) -> bool:
 def _leaves(value: Any) -> list:
   import jax  # pylint: disable=g-import-not-at-top
   return jax.tree.leaves(value)
+
+
+def rotate_reference(x: Any, angles: np.ndarray, layout: str, factor: float = 1.0, *,
+                     per_head: bool = False) -> np.ndarray:
+  """float64 RoPE rotation (NumPy reference shared by the fuzz files).
+
+  Args:
+    x: ``[..., L, H, D]`` input; the first ``2 * P`` channels are rotated.
+    angles: ``[..., L, P]`` angles (``[..., L, H, P]`` with ``per_head``).
+    layout: ``"half"`` (pairs i, i + P) or ``"interleaved"`` (pairs 2i, 2i + 1).
+    factor: attention factor multiplying cos and sin.
+    per_head: whether ``angles`` has a head axis.
+
+  Returns:
+    ``[..., L, H, D]`` float64.
+  """
+  half = angles.shape[-1]
+  x = np.asarray(x.astype(jnp.float32), np.float64)
+  cos, sin = np.cos(angles) * factor, np.sin(angles) * factor
+  if not per_head:  # [..., L, P] -> [..., L, 1, P]
+    cos, sin = cos[..., None, :], sin[..., None, :]
+  out = x.copy()
+  if layout == "half":
+    a, b = x[..., :half], x[..., half:2 * half]
+    out[..., :half], out[..., half:2 * half] = a * cos - b * sin, a * sin + b * cos
+  else:
+    a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+    out[..., 0:2 * half:2], out[..., 1:2 * half:2] = a * cos - b * sin, a * sin + b * cos
+  return out

@@ -35,22 +35,6 @@ def _sinusoid(positions: np.ndarray, dim: int, base: float) -> np.ndarray:
   return np.stack([np.sin(angles), np.cos(angles)], -1).reshape(positions.shape + (dim,))
 
 
-def _rotate(x, angles, layout, factor=1.0, per_head=False):
-  half = angles.shape[-1]
-  x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
-  cos, sin = np.cos(angles) * factor, np.sin(angles) * factor
-  if not per_head:
-    cos, sin = cos[..., None, :], sin[..., None, :]
-  out = x.copy()
-  if layout == "half":
-    a, b = x[..., :half], x[..., half:2 * half]
-    out[..., :half], out[..., half:2 * half] = a * cos - b * sin, a * sin + b * cos
-  else:
-    a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
-    out[..., 0:2 * half:2], out[..., 1:2 * half:2] = a * cos - b * sin, a * sin + b * cos
-  return out
-
-
 # --------------------------------------------------------------------------------------------
 # N-D sinusoids and grids.
 
@@ -158,7 +142,8 @@ def test_axial_rope(head_dim, num_axes, split, base, positions, layout, factor, 
   angles = np.concatenate([positions[..., a:a + 1].astype(np.float32) * np.asarray(f)
                            for a, f in enumerate(freqs.value)], -1).astype(np.float64)
   fz.assert_finite(out.value)
-  fz.assert_close(out.value, _rotate(x, angles, layout, factor), atol=5e-5 * max(1.0, factor))
+  fz.assert_close(out.value, fz.rotate_reference(x, angles, layout, factor),
+                  atol=5e-5 * max(1.0, factor))
 
 
 @given(section=st.sampled_from([(1, 1, 2), (2, 2), (1, 1, 1), (0, 2, 2), (-1, 3, 2)]),
@@ -182,7 +167,8 @@ def test_mrope(section, position_ids, layout, factor):
                                          layout=layout, attention_factor=factor), names)
   if out.error is None:
     fz.assert_finite(out.value)
-    fz.assert_close(out.value, _rotate(x, expected, layout, factor), atol=5e-5 * factor)
+    fz.assert_close(out.value, fz.rotate_reference(x, expected, layout, factor),
+                    atol=5e-5 * factor)
 
 
 @given(segments=st.lists(st.one_of(fz.int_hyper(st.integers(1, 3), huge=False),

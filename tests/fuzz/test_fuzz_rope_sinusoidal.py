@@ -165,24 +165,6 @@ def test_rope_config_and_inv_freq(data):
 # --------------------------------------------------------------------------------------------
 # RoPE: angles and rotation.
 
-def _rotate_ref(x: np.ndarray, angles: np.ndarray, layout: str, factor: float, *,
-                per_head: bool = False) -> np.ndarray:
-  """float64 rotation of the first 2 * angles.shape[-1] channels of ``x [..., L, H, D]``."""
-  half = angles.shape[-1]
-  x = np.asarray(x.astype(jnp.float32), np.float64)
-  cos, sin = np.cos(angles) * factor, np.sin(angles) * factor
-  if not per_head:  # [..., L, P] -> [..., L, 1, P]
-    cos, sin = cos[..., None, :], sin[..., None, :]
-  out = x.copy()
-  if layout == "half":
-    a, b = x[..., :half], x[..., half:2 * half]
-    out[..., :half], out[..., half:2 * half] = a * cos - b * sin, a * sin + b * cos
-  else:
-    a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
-    out[..., 0:2 * half:2], out[..., 1:2 * half:2] = a * cos - b * sin, a * sin + b * cos
-  return out
-
-
 _X_SHAPES = ((5, 2, 4), (2, 5, 1, 6))
 _FACTORS = fz.float_hyper(st.sampled_from([1.0, 0.5, 1.3]))
 _ROPE_NAMES = ("x", "positions", "inv_freq", "layout", "attention_factor", "rotated dims",
@@ -210,7 +192,8 @@ def test_apply_rope(x, positions, half, base, layout, factor):
   if eager.error is None:
     fz.assert_finite(eager.value)
     assert eager.value.dtype == x.dtype and eager.value.shape == x.shape
-    expected = _rotate_ref(x, _angles_ref(positions, np.asarray(inv_freq)), layout, factor)
+    expected = fz.rotate_reference(x, _angles_ref(positions, np.asarray(inv_freq)), layout,
+                                   factor)
     fz.assert_close(eager.value, expected, atol=fz.atol_for(x.dtype) * scale)
   if _fits_int32(positions) and layout in ("half", "interleaved"):
     # int32 positions (the same values) keep the number of compilations small.
@@ -229,7 +212,8 @@ def test_rotate_with_angles(x, angle_shape, per_head, layout, factor, seed):
                  _ROPE_NAMES)
   if eager.error is None:
     fz.assert_finite(eager.value)
-    expected = _rotate_ref(x, np.asarray(angles, np.float64), layout, factor, per_head=per_head)
+    expected = fz.rotate_reference(x, np.asarray(angles, np.float64), layout, factor,
+                                   per_head=per_head)
     fz.assert_close(eager.value, expected, atol=fz.atol_for(x.dtype) * 8 * max(1.0, factor))
 
 
@@ -260,8 +244,8 @@ def test_layout_permutation_and_weights(head_dim, rotary_dim, num_heads, layouts
   r = head_dim if rotary_dim is None else rotary_dim
   x = np.random.default_rng(1).normal(size=(4, 1, head_dim))
   angles = np.arange(4)[:, None] * 10.0 ** -(np.arange(r // 2) / max(r // 2, 1))
-  half = _rotate_ref(x, angles, "half", 1.0)
-  interleaved = _rotate_ref(x[..., perm], angles, "interleaved", 1.0)
+  half = fz.rotate_reference(x, angles, "half", 1.0)
+  interleaved = fz.rotate_reference(x[..., perm], angles, "interleaved", 1.0)
   np.testing.assert_allclose(interleaved, half[..., perm], atol=1e-12)
 
 
