@@ -40,6 +40,7 @@ from pejax.encodings.rope import rope_layout_permutation
 from pejax.encodings.rope import rotate_with_angles
 from pejax.encodings.rope_hf import rope_config_from_hf
 from pejax.encodings.rope_hf import rope_config_to_hf
+from pejax.encodings.rope_hf import UnknownRopeKeyWarning
 from pejax.encodings.rope_scaling import DynamicNTKScaling
 from pejax.encodings.rope_scaling import LinearScaling
 from pejax.encodings.rope_scaling import Llama3Scaling
@@ -116,6 +117,7 @@ __all__ = (
     "sinusoidal_table",
     "t5_relative_position_bucket",
     "T5RelativeBias",
+    "UnknownRopeKeyWarning",
     "video_positions",
     "YaRNScaling",
 )

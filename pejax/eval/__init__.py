@@ -9,7 +9,9 @@ from pejax.eval.perplexity import perplexity_at_lengths
 from pejax.eval.perplexity import score_windows
 from pejax.eval.report import format_passkey_table
 from pejax.eval.report import format_table
+from pejax.eval.report import plot_loss
 from pejax.eval.report import plot_perplexity
+from pejax.eval.report import readable_log_ticks
 from pejax.eval.report import write_results
 
 __all__ = (
@@ -21,7 +23,9 @@ __all__ = (
     "passkey_accuracy",
     "PasskeyResult",
     "perplexity_at_lengths",
+    "plot_loss",
     "plot_perplexity",
+    "readable_log_ticks",
     "score_windows",
     "write_results",
 )

@@ -114,6 +114,14 @@ def readable_log_ticks(low: float, high: float, *, max_ticks: int = 8) -> List[f
 
   A log axis spanning less than a decade gets only one labelled power of ten from matplotlib's
   default locator; these ticks give it 3 to ``max_ticks`` labels at round numbers.
+
+  Args:
+    low: the smallest value shown (> 0).
+    high: the largest value shown (> 0).
+    max_ticks: the most ticks returned.
+
+  Returns:
+    Ascending tick values (empty when ``low`` or ``high`` is not a positive finite number).
   """
   if not (low > 0 and high > 0 and math.isfinite(low) and math.isfinite(high)):
     return []
@@ -149,7 +157,17 @@ def set_readable_log_ticks(axis: Any, low: float, high: float) -> None:
 
 def plot_loss(series: Dict[str, Sequence[tuple]], path: pathlib.Path, *,
               unigram_loss: Optional[float] = None, title: str = "") -> pathlib.Path:
-  """Loss against training step, one line per series (``label -> [(step, loss), ...]``)."""
+  """Loss against training step, one line per series, saved as a PNG.
+
+  Args:
+    series: label -> ``[(step, loss), ...]`` points (non-finite losses are skipped).
+    path: the PNG file to write.
+    unigram_loss: drawn as a horizontal reference line (dash-dot) when given.
+    title: the plot's title (default "Loss vs step").
+
+  Returns:
+    ``path``.
+  """
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from pejax.train.checkpoint import CHECKPOINT_SUBDIR
+from pejax.train.checkpoint import CheckpointMismatchError
 from pejax.train.checkpoint import Checkpointer
 from pejax.train.checkpoint import RestoredCheckpoint
 from pejax.train.checkpoint import config_differences
 from pejax.train.checkpoint import config_to_dict
+from pejax.train.experiment import EXIT_CODES
+from pejax.train.experiment import check_config
+from pejax.train.experiment import evaluate_run
+from pejax.train.experiment import final_numbers
+from pejax.train.experiment import is_finished
+from pejax.train.experiment import load_run_config
+from pejax.train.experiment import run_name
+from pejax.train.experiment import run_status
+from pejax.train.experiment import train_and_evaluate
 from pejax.train.loop import NonFiniteLossError
 from pejax.train.loop import TrainResult
 from pejax.train.loop import train
@@ -29,6 +39,16 @@ from pejax.train.train_step import masked_nll
 from pejax.train.train_step import model_inputs
 
 __all__ = [
+    "CheckpointMismatchError",
+    "check_config",
+    "evaluate_run",
+    "EXIT_CODES",
+    "final_numbers",
+    "is_finished",
+    "load_run_config",
+    "run_name",
+    "run_status",
+    "train_and_evaluate",
     "CHECKPOINT_SUBDIR",
     "Checkpointer",
     "METRICS_FILENAME",

@@ -217,6 +217,12 @@ def run_name(config: ml_collections.ConfigDict) -> str:
 
   The hash covers every training setting (:func:`training_settings`), so the same settings map
   to the same directory (and resume) and different ones never share it.
+
+  Args:
+    config: the experiment config (``pe``, ``data`` and the training settings are read).
+
+  Returns:
+    The directory name (not a path).
   """
   digest = hashlib.sha1(json.dumps(training_settings(config), sort_keys=True,
                                    default=str).encode()).hexdigest()[:6]
@@ -383,6 +389,9 @@ def _walk_values(tree: Dict[str, Any], prefix: str = ""):
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Rejects settings that would have no effect for the chosen PE, data or mode, and bad values.
 
+  Args:
+    config: the experiment config, checked as a whole before any file is written.
+
   Raises:
     ConfigError: naming the setting and what makes it ineffective (``pe.rope_scaling='yarn' has
       no effect with pe.name='alibi'``), or the field and bad value (non-finite numbers, a
@@ -481,6 +490,12 @@ def run_status(workdir: os.PathLike | str) -> Dict[str, Any]:
   """``status.json`` of a run: ``{"state": "training" | "preempted" | "finished" | ...}``.
 
   A directory without one (an older run) reads as finished when it has ``results.json``.
+
+  Args:
+    workdir: the run directory.
+
+  Returns:
+    The parsed ``status.json`` (at least a ``"state"`` key; ``"unknown"`` when unreadable).
   """
   workdir = pathlib.Path(workdir)
   try:
@@ -490,7 +505,14 @@ def run_status(workdir: os.PathLike | str) -> Dict[str, Any]:
 
 
 def is_finished(workdir: os.PathLike | str) -> bool:
-  """Whether a run trained to its last step and wrote its results (never a partial run)."""
+  """Whether a run trained to its last step and wrote its results (never a partial run).
+
+  Args:
+    workdir: the run directory.
+
+  Returns:
+    True only when its status is ``"finished"``.
+  """
   return run_status(workdir).get("state") == "finished"
 
 
@@ -705,6 +727,9 @@ def _new_eval_dir(workdir: pathlib.Path, name: str) -> pathlib.Path:
 def final_numbers(workdir: os.PathLike | str) -> Dict[str, Any]:
   """The run's final training and validation numbers from its ``metrics.jsonl``.
 
+  Args:
+    workdir: the run directory.
+
   Returns:
     ``{"train_loss": window-mean training loss of the last logging window, "train_window":
     [first, last] steps of that window, "valid_loss": validation loss at the training length
@@ -855,6 +880,16 @@ def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, An
   restores the newest checkpoint and writes the evaluation to ``evals/<name or timestamp>/``,
   appending an ``evaluation`` record to ``metrics.jsonl``.
 
+  Args:
+    workdir: a run directory created by :func:`train_and_evaluate`.
+    overrides: flattened ``path -> value`` changes of the ``eval.*`` / ``mesh.*`` settings.
+    name: the evaluation's folder name under ``evals/`` (default: a timestamp).
+    log: receives each printed line.
+
+  Returns:
+    The :class:`ExperimentResult` of the evaluation (its ``workdir`` is ``evals/<name>/``,
+    ``train`` is ``None``).
+
   Raises:
     ConfigError: no run there, an override of a training setting, or an unfinished run.
   """
@@ -904,6 +939,13 @@ def is_training_setting(path: str) -> bool:
 def load_run_config(workdir: os.PathLike | str,
                     overrides: Optional[Dict[str, Any]] = None) -> ml_collections.ConfigDict:
   """The config a run was created with (its ``config.json``), then ``overrides`` applied.
+
+  Args:
+    workdir: the run directory.
+    overrides: flattened ``path -> value`` changes applied after loading.
+
+  Returns:
+    The full experiment config (defaults for fields the saved file lacks).
 
   Raises:
     ConfigError: the directory has no ``config.json``.
