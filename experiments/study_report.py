@@ -46,6 +46,9 @@ from absl import flags
 import ml_collections
 import numpy as np
 
+# Re-exported: the studies draw their figures with study_report.plot_curves.
+from pejax.eval.report import plot_curves  # pylint: disable=unused-import
+
 HELD = "held"
 NOT_HELD = "did not hold"
 NOT_MEASURED = "not measurable"
@@ -596,80 +599,6 @@ def _json_safe(value: Any) -> Any:
 
 # ----------------------------------------------------------------------------------------------
 # Plots.
-
-
-def plot_curves(path: os.PathLike | str, series: Mapping[str, Sequence[tuple]], *,
-                xlabel: str, ylabel: str, title: str = "", logx: bool = False,
-                logy: bool = False, vline: Optional[float] = None, vline_label: str = "",
-                hline: Optional[float] = None, hline_label: str = "",
-                styles: Optional[Mapping[str, str]] = None,
-                colors: Optional[Mapping[str, str]] = None) -> pathlib.Path:
-  """Line plot with optional spread bands.
-
-  Args:
-    path: PNG path.
-    series: label -> points ``(x, y)`` or ``(x, y, low, high)`` (the band is drawn between low
-      and high when given).
-    xlabel, ylabel, title: axis labels and title.
-    logx, logy: log axes (base 2 for x).
-    vline, vline_label: optional vertical reference line (e.g. the training length).
-    hline, hline_label: optional horizontal reference line (e.g. the unigram loss).
-    styles: label -> matplotlib line style (default solid).
-    colors: label -> matplotlib color (default: the colour cycle).
-
-  Returns:
-    ``path``.
-  """
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-  fig, ax = plt.subplots(figsize=(7, 4.5))
-  for label, points in series.items():
-    pts = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
-    if not pts:
-      continue
-    xs = [p[0] for p in pts]
-    (line,) = ax.plot(xs, [p[1] for p in pts], (styles or {}).get(label, "-"),
-                      marker="o" if len(pts) < 20 else None, markersize=3, label=label,
-                      color=(colors or {}).get(label))
-    bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
-    if bands and any(p[2] != p[3] for p in bands):
-      ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
-                      color=line.get_color(), alpha=0.2, linewidth=0)
-  if vline is not None:
-    ax.axvline(vline, color="gray", linestyle=":", label=vline_label or None)
-  if hline is not None:
-    ax.axhline(hline, color="black", linestyle="-.", linewidth=0.8, label=hline_label or None)
-  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
-  plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")
-  if logx:
-    ax.set_xscale("log", base=2)
-    xs = sorted({p[0] for points in series.values() for p in points})
-    if 0 < len(xs) <= 12:
-      ax.set_xticks(xs)
-      ax.xaxis.set_major_formatter(plain)
-      ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-  if logy:
-    # Round ticks over the data's range: a log axis spanning less than a decade otherwise gets
-    # a single labelled tick.
-    from pejax.eval import report as eval_report  # pylint: disable=g-import-not-at-top
-    ax.set_yscale("log")
-    ys = [v for points in series.values() for p in points for v in p[1:]
-          if v is not None and math.isfinite(v) and v > 0]
-    if ys:
-      eval_report.set_readable_log_ticks(ax.yaxis, min(ys), max(ys))
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  ax.set_title(title)
-  ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
 
 
 def write_report(report: "Report", workdir, results: dict, *, study: str,
