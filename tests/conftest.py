@@ -6,12 +6,13 @@ below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
 * XLA's optimization passes are skipped (``jax_disable_most_optimizations``): they cost more
   than they save on programs that run for microseconds. Numbers stay within every test's
   tolerance; tests whose claim is bit-exactness of the *optimized* program carry
-  ``@pytest.mark.xla_optimized`` and compile with the full pipeline. Subprocesses
-  (``launch.py``, the mesh worker) run the full pipeline too, so the path users run is tested.
+  ``@pytest.mark.xla_optimized`` and compile with the full pipeline. ``launch.py`` and study
+  subprocesses run the full pipeline too, so the path users run is tested; the 8-device mesh
+  worker takes this process's setting, since its results are compared with in-process ones.
 * A persistent compilation cache shared by the xdist workers, by the subprocesses the tests
   start (``launch.py``, the mesh worker, studies: through the ``JAX_*`` environment variables set
   here) and by later runs: ``~/.cache/pejax/jax-compilation-cache`` (``$XDG_CACHE_HOME`` if set;
-  about 60 MB per version of the code; no size cap, since JAX's evicting cache takes a file lock
+  about 35 MB for one version of the code, 46 MB after a day of changes here; no size cap, since JAX's evicting cache takes a file lock
   on every read and write and made a cold run 2.7x slower). ``PEJAX_TEST_JAX_CACHE=DIR`` moves
   it, ``PEJAX_TEST_JAX_CACHE=`` turns it off (the cold-cache timing of the README).
 """
