@@ -1,0 +1,114 @@
+"""Position-dependent query scalings that combine with any PE: log-n scaling and SSMax.
+
+Axes: B batch, L length, H heads; `...` any leading batch dims.
+
+Both sharpen attention as the number of visible keys grows, by multiplying each query (hence its
+logits q . k) by a factor that depends on its position. In a causal decoder the query at
+position p (0-based, restarting at 0 in each packed segment) sees n = p + 1 keys:
+
+* log-n scaling (Su 2021; Qwen-1's ``use_logn_attn``): factor max(1, log(n) / log(T)), T the
+  training length; 1 within the training length, log_T(n) beyond it. Qwen-1 builds the table
+  ``[math.log(i, seq_length) if i > seq_length else 1 for i in range(1, ...)]`` and indexes it by
+  the 0-based position, which is this formula with n = p + 1.
+* Scalable-Softmax, SSMax (Nakanishi 2025): softmax(z) over n entries becomes
+  n^(s z_i) / sum_j n^(s z_j) = softmax((s log n) z), with s a learned scalar per head and layer;
+  for attention this is the factor s_h log(n) on the queries.
+
+Multiplying the queries scales q . k only: an additive logit bias (ALiBi, T5, KERPLE, ...) is not
+scaled, whereas SSMax as written scales the whole softmax input. With rotation PEs (RoPE, the
+setting of both papers) the two agree. With sliding-window attention the number of visible keys
+is min(p + 1, W), not p + 1; the caller passes positions accordingly.
+
+References:
+  Su, "Looking at the Scale Operation of Attention from the Perspective of Entropy Invariance",
+  kexue.fm/archives/8823 (2021); Bai et al., "Qwen Technical Report", arXiv:2309.16609
+  (LogN-Scaling, section 2.3).
+  Nakanishi, "Scalable-Softmax Is Superior for Attention", arXiv:2501.19399.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings import arg_checks
+
+
+def _check_positions(positions: Any) -> jnp.ndarray:
+  """Integer `[..., L]` positions, concrete ones >= 0 (n = position + 1 keys must be >= 1)."""
+  positions = arg_checks.check_integer_array("positions", positions)
+  arg_checks.check_min_rank("positions", positions, 1, "[..., L]")
+  if not isinstance(positions, jax.core.Tracer) and positions.size:
+    low = int(jnp.min(positions))
+    if low < 0:
+      raise ValueError(
+          f"positions must be >= 0 (position p sees p + 1 keys), got min {low}")
+  return positions
+
+
+def _log_num_keys(positions: jnp.ndarray) -> jnp.ndarray:
+  """log(p + 1) in float32; traced negative positions are clamped to p = 0 (factor log 1 = 0)."""
+  num_keys = positions.astype(jnp.float32) + 1.0
+  return jnp.log(jnp.maximum(num_keys, 1.0))
+
+
+def logn_query_scale(positions: Any, *, train_len: int) -> jnp.ndarray:
+  """Log-n attention scaling factors max(1, log(p + 1) / log(T)) for queries at positions p.
+
+  Args:
+    positions: `[..., L]` integer positions p >= 0 (typically `[B | 1, L]`); the query at p
+      sees p + 1 keys.
+    train_len: Training length T >= 2: factors are exactly 1 for p < T.
+
+  Returns:
+    `[..., L]` float32 factors >= 1 that multiply the queries (broadcast over heads and head dim
+    by the caller, e.g. `q * scale[..., None, None]`).
+
+  Raises:
+    ValueError: if `positions` is not an integer array of rank >= 1 or (when concrete) has a
+      negative entry, or `train_len` is not an integer >= 2.
+
+  References:
+    Bai et al. 2023, "Qwen Technical Report", arXiv:2309.16609 (LogN-Scaling); Su 2021,
+    kexue.fm/archives/8823.
+  """
+  positions = _check_positions(positions)
+  train_len = arg_checks.check_positive_int("train_len", train_len)
+  if train_len < 2:
+    raise ValueError(f"train_len must be >= 2 (log(train_len) divides), got {train_len}")
+  return jnp.maximum(1.0, _log_num_keys(positions) / jnp.float32(math.log(train_len)))
+
+
+def ssmax_query_scale(positions: Any, s: Any) -> jnp.ndarray:
+  """SSMax factors s_h * log(p + 1) for queries at positions p and heads h.
+
+  At p = 0 (a single visible key) the factor is 0, which is harmless: a softmax over one entry
+  is 1 whatever its logit. `s` may be a traced learned parameter.
+
+  Args:
+    positions: `[..., L]` integer positions p >= 0 (typically `[B | 1, L]`); the query at p
+      sees n = p + 1 keys.
+    s: `[H]` per-head scaling parameters (learned; the function does not constrain their sign).
+      s = 1 / log(T) makes the factor exactly 1 at n = T keys, a neutral initialization for a
+      model trained at length T.
+
+  Returns:
+    `[..., L, H]` float32 factors that multiply the queries (`q * scale[..., None]` for
+    `q` of shape `[B, L, H, D]`).
+
+  Raises:
+    ValueError: if `positions` is not an integer array of rank >= 1 or (when concrete) has a
+      negative entry, or `s` is not a 1-D floating array.
+
+  References:
+    Nakanishi 2025, "Scalable-Softmax Is Superior for Attention", arXiv:2501.19399.
+  """
+  positions = _check_positions(positions)
+  s = jnp.asarray(s)
+  if s.ndim != 1 or not jnp.issubdtype(s.dtype, jnp.floating):
+    raise ValueError(f"s must be a 1-D floating array [H], got shape {s.shape} dtype {s.dtype}")
+  log_n = _log_num_keys(positions)[..., None]  # [..., L, 1]
+  return log_n * jnp.reshape(s.astype(jnp.float32), (1,) * positions.ndim + s.shape)
