@@ -100,31 +100,24 @@ def _relative_index(q_positions: jnp.ndarray, k_positions: jnp.ndarray,
   return (offset + max_distance).astype(jnp.int32)
 
 
-def shaw_key_bias(
-    q: Any,
-    table: Any,
-    q_positions: Any,
-    k_positions: Any,
-) -> jnp.ndarray:
-  """The key term of Shaw et al. as an additive logit bias: q_i . w^K_{clip(j - i, k)} / sqrt(D).
+def shaw_query_scores(q: Any, table: Any) -> jnp.ndarray:
+  """Products of every query with every relative key representation: q_i . w^K_r / sqrt(D).
 
-  The clipping distance is read from the table: `table.shape[-2] == 2k + 1`. The product is
-  taken in float32 at the highest matmul precision.
+  This is the first half of the paper's efficient implementation (section 3.3): `[Lq, 2k + 1]`
+  numbers per head instead of a `[Lq, Lk, D]` tensor. Taken in float32 at the highest matmul
+  precision. :func:`shaw_bias_from_scores` then gathers them by relative index.
 
   Args:
-    q: `[B, Lq, H, D]` queries (the same that multiply the keys).
+    q: `[B, L, H, D]` queries (the same that multiply the keys).
     table: `[2k + 1, D]` relative key representations w^K_{-k} .. w^K_{k} shared by the heads
       (the paper's section 3.3), or `[H, 2k + 1, D]`, one table per head.
-    q_positions: `[B | 1, Lq]` integer query positions i.
-    k_positions: `[B | 1, Lk]` integer key positions j.
 
   Returns:
-    `[B, H, Lq, Lk]` float32 bias, to add to the scaled logits q . k / sqrt(D).
+    `[B, L, H, 2k + 1]` float32 scores (token axis 1, as per-token query features).
 
   Raises:
-    ValueError: if `q` is not rank 4, `table` is not `[2k + 1, D]` or `[H, 2k + 1, D]` with an
-      odd row count, the head dim of `q` (and its head count), the positions are not rank-2 integer arrays whose batch broadcasts with
-      `q`'s, or their lengths differ from `Lq`.
+    ValueError: if `q` is not rank 4 or `table` is not `[2k + 1, D]` / `[H, 2k + 1, D]` with an
+      odd row count, the head dim of `q` (and its head count).
 
   References:
     Shaw et al. 2018, "Self-Attention with Relative Position Representations", arXiv:1803.02155,
@@ -139,36 +132,106 @@ def shaw_key_bias(
     raise ValueError(
         f"table must have shape [2k + 1, D] or [H, 2k + 1, D] with D = {q.shape[-1]} and "
         f"H = {q.shape[2]} (from q), got shape {table.shape}")
+  _check_max_distance((table.shape[-2] - 1) // 2)
+  return _query_scores(q, table)
+
+
+@jax.jit
+def _query_scores(q: jnp.ndarray, table: jnp.ndarray) -> jnp.ndarray:
+  """Validated `[B, L, H, D]`, `[(H,) 2k + 1, D]` -> `[B, L, H, 2k + 1]` float32."""
+  equation = "blhd,hrd->blhr" if table.ndim == 3 else "blhd,rd->blhr"
+  scores = jnp.einsum(equation, q.astype(jnp.float32), table.astype(jnp.float32),
+                      precision=jax.lax.Precision.HIGHEST)
+  return scores / jnp.float32(math.sqrt(q.shape[-1]))
+
+
+def shaw_bias_from_scores(
+    scores: Any,
+    q_positions: Any,
+    k_positions: Any,
+) -> jnp.ndarray:
+  """Gathers :func:`shaw_query_scores` by relative index: bias[b, h, i, j] = scores[b, i, h, r].
+
+  r = clip(j - i, k) + k with k = (scores.shape[-1] - 1) / 2 (see :func:`shaw_relative_index`);
+  the index is always in range, so the gather never clamps.
+
+  Args:
+    scores: `[B, Lq, H, 2k + 1]` query scores of the rows to compute.
+    q_positions: `[B | 1, Lq]` integer query positions i.
+    k_positions: `[B | 1, Lk]` integer key positions j.
+
+  Returns:
+    `[B, H, Lq, Lk]` float32 bias, to add to the scaled logits q . k / sqrt(D).
+
+  Raises:
+    ValueError: if `scores` is not rank 4 with an odd last dim, the positions are not rank-2
+      integer arrays whose batch broadcasts with the scores', or `q_positions` does not have Lq
+      entries.
+
+  References:
+    Shaw et al. 2018, "Self-Attention with Relative Position Representations", arXiv:1803.02155.
+  """
+  scores = jnp.asarray(scores)
+  if scores.ndim != 4 or scores.shape[-1] % 2 != 1:
+    raise ValueError(f"scores must have shape [B, Lq, H, 2k + 1], got shape {scores.shape}")
   q_positions, k_positions, batch_shape = arg_checks.check_query_key_positions(
       q_positions, k_positions)
   for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
     if positions.ndim != 2:
       raise ValueError(f"{name} must have shape [B | 1, L], got shape {positions.shape}")
-  if q_positions.shape[-1] != q.shape[1]:
+  if q_positions.shape[-1] != scores.shape[1]:
     raise ValueError(
-        f"q_positions must have Lq = {q.shape[1]} entries (q's axis 1), got shape "
-        f"{q_positions.shape}")
+        f"q_positions must have Lq = {scores.shape[1]} entries (the queries' axis 1), got "
+        f"shape {q_positions.shape}")
   try:
-    np.broadcast_shapes(batch_shape, q.shape[:1])
+    np.broadcast_shapes(batch_shape, scores.shape[:1])
   except ValueError:
     raise ValueError(
-        f"the batch of the positions {batch_shape} must broadcast with q's batch "
-        f"{q.shape[:1]}") from None
-  max_distance = _check_max_distance((table.shape[-2] - 1) // 2)
-  return _key_bias(q, table, q_positions, k_positions, max_distance)
+        f"the batch of the positions {batch_shape} must broadcast with the queries' batch "
+        f"{scores.shape[:1]}") from None
+  max_distance = _check_max_distance((scores.shape[-1] - 1) // 2)
+  return _gather(scores, q_positions, k_positions, max_distance)
 
 
-@functools.partial(jax.jit, static_argnums=(4,))
-def _key_bias(q: jnp.ndarray, table: jnp.ndarray, q_positions: jnp.ndarray,
-              k_positions: jnp.ndarray, max_distance: int) -> jnp.ndarray:
-  """Validated `[B, Lq, H, D]`, `[2k + 1, D]`, positions -> `[B, H, Lq, Lk]` float32."""
-  head_dim = q.shape[-1]
-  equation = "bqhd,hrd->bhqr" if table.ndim == 3 else "bqhd,rd->bhqr"
-  scores = jnp.einsum(equation, q.astype(jnp.float32), table.astype(jnp.float32),
-                      precision=jax.lax.Precision.HIGHEST) / math.sqrt(head_dim)
+@functools.partial(jax.jit, static_argnums=(3,))
+def _gather(scores: jnp.ndarray, q_positions: jnp.ndarray, k_positions: jnp.ndarray,
+            max_distance: int) -> jnp.ndarray:
+  """Validated `[B, Lq, H, 2k + 1]`, positions -> `[B, H, Lq, Lk]` float32."""
+  scores = jnp.swapaxes(scores.astype(jnp.float32), 1, 2)  # [B, H, Lq, 2k + 1]
   index = _relative_index(q_positions, k_positions, max_distance)  # [B | 1, Lq, Lk]
   batch = max(scores.shape[0], index.shape[0])
   num_heads, lq, lk = scores.shape[1], index.shape[1], index.shape[2]
   index = jnp.broadcast_to(index[:, None], (batch, num_heads, lq, lk))
   scores = jnp.broadcast_to(scores, (batch,) + scores.shape[1:])
   return jnp.take_along_axis(scores, index, axis=-1)
+
+
+def shaw_key_bias(
+    q: Any,
+    table: Any,
+    q_positions: Any,
+    k_positions: Any,
+) -> jnp.ndarray:
+  """The key term of Shaw et al. as an additive logit bias: q_i . w^K_{clip(j - i, k)} / sqrt(D).
+
+  :func:`shaw_query_scores` followed by :func:`shaw_bias_from_scores`; the clipping distance is
+  read from the table: `table.shape[-2] == 2k + 1`.
+
+  Args:
+    q: `[B, Lq, H, D]` queries (the same that multiply the keys).
+    table: `[2k + 1, D]` relative key representations w^K_{-k} .. w^K_{k} shared by the heads
+      (the paper's section 3.3), or `[H, 2k + 1, D]`, one table per head.
+    q_positions: `[B | 1, Lq]` integer query positions i.
+    k_positions: `[B | 1, Lk]` integer key positions j.
+
+  Returns:
+    `[B, H, Lq, Lk]` float32 bias, to add to the scaled logits q . k / sqrt(D).
+
+  Raises:
+    ValueError: the errors of :func:`shaw_query_scores` and :func:`shaw_bias_from_scores`.
+
+  References:
+    Shaw et al. 2018, "Self-Attention with Relative Position Representations", arXiv:1803.02155,
+    eq. (4) and section 3.3.
+  """
+  return shaw_bias_from_scores(shaw_query_scores(q, table), q_positions, k_positions)

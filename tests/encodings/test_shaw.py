@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pejax.encodings.shaw import shaw_bias_from_scores
 from pejax.encodings.shaw import shaw_key_bias
+from pejax.encodings.shaw import shaw_query_scores
 from pejax.encodings.shaw import shaw_relative_index
 
 
@@ -146,6 +148,22 @@ class ShawKeyBiasTest(chex.TestCase):
     row = shaw_key_bias(q[:, 5:], table, positions[:, 5:], positions)
     np.testing.assert_array_equal(row, full[:, :, 5:])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_scores_gathered_per_tile_equal_the_full_bias(self):
+    q, _, table = self._inputs(6, batch=2, lq=8, lk=8, rows=5)
+    positions = np.arange(8, dtype=np.int32)[None]
+    scores = self.variant(shaw_query_scores)(q, table)
+    chex.assert_shape(scores, (2, 8, 3, 5))
+    np.testing.assert_allclose(
+        scores, np.einsum("blhd,rd->blhr", np.asarray(q, np.float64),
+                          np.asarray(table, np.float64)) / np.sqrt(8), rtol=1e-5, atol=1e-6)
+    full = shaw_key_bias(q, table, positions, positions)
+    gather = self.variant(shaw_bias_from_scores)
+    for rows in (slice(0, 4), slice(4, 8)):
+      for cols in (slice(0, 4), slice(4, 8)):
+        tile = gather(scores[:, rows], positions[:, rows], positions[:, cols])
+        np.testing.assert_array_equal(tile, full[:, :, rows, cols])
+
   def test_gradient_reaches_only_used_table_rows(self):
     q, _, table = self._inputs(4, batch=1, lq=3, lk=3, rows=9)  # k = 4; offsets -2 .. 2 used
     positions = np.arange(3, dtype=np.int32)[None]
@@ -170,10 +188,12 @@ class ShawKeyBiasTest(chex.TestCase):
       shaw_key_bias(q, table, p[0], pk[0])
     with self.assertRaisesRegex(ValueError, r"q_positions must have Lq = 5 entries"):
       shaw_key_bias(q, table, pk, pk)
-    with self.assertRaisesRegex(ValueError, r"must broadcast with q's batch"):
+    with self.assertRaisesRegex(ValueError, r"must broadcast with the queries. batch"):
       shaw_key_bias(q, table, np.zeros((3, 5), np.int32), np.zeros((3, 7), np.int32))
     with self.assertRaisesRegex(ValueError, "k_positions must be an integer array"):
       shaw_key_bias(q, table, p, pk.astype(np.float32))
+    with self.assertRaisesRegex(ValueError, r"scores must have shape \[B, Lq, H, 2k \+ 1\]"):
+      shaw_bias_from_scores(jnp.zeros((2, 5, 3, 6)), p, pk)
 
 
 if __name__ == "__main__":
