@@ -6,7 +6,9 @@ Examples (tests/test_doc_examples.py runs every one of them):
     python launch.py --pe=alibi                         # any registered PE
     python launch.py --config=experiments/configs/quick.py --config.model.num_layers=4
     python launch.py --pe=rope --config.eval.rope_scaling=yarn --config.eval.rope_factor=4
-    python launch.py --rope_scaling=yarn --rope_factor=4 --config.pe.rope_original_max_position=64
+    python launch.py --rope_scaling=yarn --rope_factor=4 --config.pe.original_max_position=64
+    python launch.py --pe=kerple_log --config.pe.init_r1=0.5       # any field of any PE
+    python launch.py --pe=rope,rope,none --sliding_window=64,64,0  # per-layer PE pattern + SWA
     python launch.py --workdir=runs/alibi-L128 --pe=alibi
     python launch.py --workdir=runs/alibi-L128 --eval_only --eval_lens=256,512 --eval_name=long
     python launch.py --study=extrapolation --quick      # a study: sweep, report.md, plots
@@ -49,12 +51,13 @@ CONFIGS_DIR = os.path.join(ROOT, "experiments", "configs")
 
 # The aliases, resolved in one place (resolve_config): flag -> config path.
 ALIASES = {
-    "pe": "pe.name", "rope_scaling": "pe.rope_scaling", "rope_factor": "pe.rope_factor",
+    "pe": "pe.name", "rope_scaling": "pe.scaling", "rope_factor": "pe.factor",
+    "sliding_window": "model.sliding_window",
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
 }
 # What a study sweeps itself: a study command may not set these.
-STUDY_OWNED = ("pe.name", "seed", "data.name", "pe.rope_scaling", "pe.rope_factor", "eval.",
+STUDY_OWNED = ("pe.name", "seed", "data.name", "pe.scaling", "pe.factor", "eval.",
                "train.resume")
 
 
@@ -69,6 +72,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                  argv: Optional[Sequence[str]] = None) -> None:
   """Defines launch.py's flags in ``flag_values`` (``argv``: the command line, for overrides)."""
   fv = dict(flag_values=flag_values)
+  import_pe_modules(sys.argv if argv is None else argv)
   with _config_field_errors(sys.argv if argv is None else argv):  # Parses the default file.
     config_flags.DEFINE_config_file(
         "config", os.path.relpath(os.path.join(CONFIGS_DIR, "default.py")), "Experiment config "
@@ -83,7 +87,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       "(default: a UTC timestamp); an existing name is an error.", **fv)
   flags.DEFINE_enum("study", None, study_names(), "Run a study (= --config=experiments/"
                     "configs/<name>.py): sweep, report.md, plots.", **fv)
-  flags.DEFINE_enum("pe", None, pe_names(), "Alias of --config.pe.name.", **fv)
+  flags.DEFINE_string("pe", None, "Alias of --config.pe.name: " + ", ".join(pe_names()) +
+                      " (comma-separated: one per layer, cycled).", **fv)
+  flags.DEFINE_list("pe_module", None, "Modules to import before anything else, e.g. one "
+                    "that registers a PE with pejax.nn.register_pe (then --pe=<its name>).", **fv)
+  flags.DEFINE_string("sliding_window", None, "Alias of --config.model.sliding_window.", **fv)
   flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
                     "Alias of --config.pe.rope_scaling (training-time RoPE scaling).", **fv)
   flags.DEFINE_float("rope_factor", None, "Alias of --config.pe.rope_factor.", **fv)
@@ -94,6 +102,22 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_list("eval_lens", None, "Alias of --config.eval.lens.", **fv)
   flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
   flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
+
+
+def import_pe_modules(argv: Sequence[str]) -> None:
+  """Imports the ``--pe_module=a,b`` modules named on the command line (before the flags and
+  the config's PE fields are defined, so that a PE they register is a valid ``--pe``)."""
+  for i, arg in enumerate(argv):
+    value = None
+    if arg.startswith("--pe_module="):
+      value = arg.split("=", 1)[1]
+    elif arg == "--pe_module" and i + 1 < len(argv):
+      value = argv[i + 1]
+    for name in (value or "").split(","):
+      if name.strip():
+        if ROOT not in sys.path:
+          sys.path.insert(0, ROOT)
+        importlib.import_module(name.strip())
 
 
 def _load_config_file(path: str):

@@ -12,6 +12,58 @@ from __future__ import annotations
 
 import ml_collections
 
+# Keys of the ``pe`` section that are not fields of a PE config.
+PE_SECTION_KEYS = ("name", "randomized_max_position")
+
+
+def pe_fields_by_name() -> dict:
+  """``field -> (type, {pe name: default})`` over every registered PE (``--config.pe.<field>``).
+
+  Returns:
+    A dict from each flat PE-config field to its command-line type and the PEs that have it.
+  """
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  fields: dict = {}
+  for name in registry.pe_names():
+    entry = registry.registry_entry(name)
+    config_class = entry.pe_class.config_class
+    defaults = entry.make_config().fields()
+    for field, kind in config_class.field_types().items():
+      if field in PE_SECTION_KEYS:
+        raise ValueError(f"PE {name!r} has a field named {field!r}, reserved by the pe section")
+      known = fields.setdefault(field, (kind, {}))
+      if known[0] is not kind:
+        raise ValueError(f"field {field!r} has type {kind.__name__} in PE {name!r} but "
+                         f"{known[0].__name__} in {sorted(known[1])}")
+      if field in defaults:
+        known[1][name] = defaults[field]
+  return fields
+
+
+def pe_section(name: str = "rope", **fields) -> ml_collections.ConfigDict:
+  """The ``pe`` section of an experiment config: a name, its fields, every other PE's unset.
+
+  Every field of every registered PE is present as a typed ``None`` ("the PE's default"), so
+  that ``--config.pe.<field>=value`` reaches any PE, one registered from user code included;
+  setting a field the chosen PE does not have is an error naming both (see
+  :func:`pejax.train.experiment.pe_config_from`).
+
+  Args:
+    name: the PE's registry name (comma-separated names: a per-layer pattern).
+    **fields: PE-config fields to set (e.g. ``base=500000.0``).
+
+  Returns:
+    A ``ConfigDict`` with ``name``, ``randomized_max_position`` and the PE fields.
+  """
+  section = ml_collections.ConfigDict()
+  section.name = name  # Registry name(s): pejax.nn.pe_names(); "rope,none" cycles over layers.
+  section.randomized_max_position = 0  # Ruoss et al. randomized positions; 0 disables.
+  for field, (kind, _) in sorted(pe_fields_by_name().items()):
+    section[field] = ml_collections.FieldReference(fields.pop(field, None), field_type=kind)
+  if fields:
+    raise ValueError(f"no registered PE has the field {sorted(fields)[0]!r}")
+  return section
+
 
 def get_default_config() -> ml_collections.ConfigDict:
   """Returns the default experiment: a ~0.4M-parameter decoder on the stdlib corpus.
@@ -38,19 +90,11 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.model.dtype = "float32"  # Compute dtype: "float32" or "bfloat16".
   config.model.attention = "auto"  # "dense", "blockwise" or "auto" (blockwise past a length).
   config.model.block_size = 512  # Tile size of blockwise attention.
+  config.model.sliding_window = ""  # Local attention window W ("128"; "128,0" cycles over
+  # layers, 0 = global); empty = global attention everywhere.
+  config.model.query_scaling = "none"  # "logn" (q * max(1, log n / log L)) or "ssmax".
 
-  config.pe = ml_collections.ConfigDict()
-  config.pe.name = "rope"  # Registry name: none, sinusoidal, learned, rope, alibi, t5.
-  config.pe.rope_base = 10000.0  # RoPE base theta.
-  config.pe.rope_layout = "half"  # "half" (GPT-NeoX / HF) or "interleaved" (GPT-J / Meta).
-  config.pe.rope_fraction = 1.0  # Partial rotary factor: fraction of head dims rotated.
-  config.pe.rope_scaling = "none"  # none, linear, ntk, dynamic, yarn, llama3, longrope.
-  config.pe.rope_factor = 1.0  # Scaling factor of the chosen rope_scaling.
-  config.pe.rope_original_max_position = 0  # Original length (dynamic/yarn/llama3/longrope); 0=L.
-  config.pe.max_position = 0  # Learned table size; 0 means data.train_len.
-  config.pe.t5_num_buckets = 32  # T5 relative-position buckets.
-  config.pe.t5_max_distance = 128  # T5 distance beyond which buckets saturate.
-  config.pe.randomized_max_position = 0  # Ruoss et al. randomized positions; 0 disables.
+  config.pe = pe_section("rope")  # pe.name + every field of every registered PE (see below).
 
   config.data = ml_collections.ConfigDict()
   config.data.name = "stdlib"  # "stdlib", a path to a UTF-8 file/dir, or copy/reverse/passkey/addition.
@@ -115,10 +159,26 @@ def field_comments() -> dict:
   return comments
 
 
+def _pe_field_comments() -> dict:
+  """``"pe.base" -> "rope: 10000.0"``: which PEs have each field, with their defaults."""
+  comments = {"pe.name": "Registry name: " + ", ".join(_pe_names()) + " (a,b: per layer).",
+              "pe.randomized_max_position": "Ruoss et al. randomized positions; 0 disables."}
+  for field, (_, owners) in pe_fields_by_name().items():
+    shown = "; ".join(f"{pe}: {default!r}" for pe, default in sorted(owners.items()))
+    comments[f"pe.{field}"] = (f"Default per PE ({shown})." if shown else
+                               "RoPE-scaling field (with --config.pe.scaling=<name>).")
+  return comments
+
+
+def _pe_names() -> tuple:
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  return registry.pe_names()
+
+
 def help_text(config: ml_collections.ConfigDict | None = None) -> str:
   """Every config field with its default and comment, grouped by section (for ``--help``)."""
   config = get_default_config() if config is None else config
-  comments = field_comments()
+  comments = {**field_comments(), **_pe_field_comments()}
   lines = []
   for section, title in HELP_GROUPS:
     if section not in config:

@@ -74,16 +74,8 @@ class RopeConfig:
           "scaling must be None or one of "
           f"{[t.__name__ for t in scalings.SCALING_TYPES]}, got {self.scaling!r}")
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
-    if isinstance(self.scaling, scalings.LongRoPEScaling):
-      expected = self.num_rotated // 2
-      if len(self.scaling.short_factor) != expected:
-        raise ValueError(
-            f"LongRoPE short_factor/long_factor must have rotary_dim // 2 = {expected} entries, "
-            f"got {len(self.scaling.short_factor)}")
-    if isinstance(self.scaling, (scalings.NTKScaling, scalings.DynamicNTKScaling)) and (
-        self.num_rotated < 4):
-      raise ValueError(
-          f"NTK scalings need rotary_dim >= 4 (they use d / (d - 2)), got {self.num_rotated}")
+    if self.scaling is not None:
+      self.scaling.check_rotary_dim(self.num_rotated)
 
   @property
   def num_rotated(self) -> int:
@@ -113,27 +105,12 @@ class RopeConfig:
     return cls(head_dim, rotary_dim=None if rotary_dim == head_dim else rotary_dim, **kwargs)
 
 
-def _exponents(dim: int) -> np.ndarray:
-  """``arange(0, dim, 2) / dim`` in float32, the op order of HF and Meta."""
-  return np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-
-
-def _default_inv_freq(base: float, dim: int) -> np.ndarray:
-  """``1 / base ** (2i / dim)`` in float32, op for op as Hugging Face computes it."""
-  return (np.float32(1.0) / (np.float32(base) ** _exponents(dim))).astype(np.float32)
-
-
-def _is_concrete(seq_len: SeqLen) -> bool:
-  """Whether ``seq_len`` has a value now (not a tracer inside ``jax.jit``)."""
-  return not isinstance(seq_len, jax.core.Tracer)
-
-
 def _check_seq_len(seq_len: SeqLen) -> SeqLen:
   if seq_len is None:
     return None
   if isinstance(seq_len, bool):
     raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
-  if _is_concrete(seq_len):
+  if scalings.is_concrete(seq_len):
     if isinstance(seq_len, (float, np.floating)) or (hasattr(seq_len, "dtype") and not
                                                      jnp.issubdtype(seq_len.dtype, jnp.integer)):
       raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
@@ -146,66 +123,6 @@ def _check_seq_len(seq_len: SeqLen) -> SeqLen:
         f"seq_len must be a scalar integer, got shape {jnp.shape(seq_len)} dtype "
         f"{jnp.result_type(seq_len)}")
   return seq_len
-
-
-def _dynamic_ntk_inv_freq(config: RopeConfig, scaling: scalings.DynamicNTKScaling,
-                          seq_len: SeqLen) -> Array:
-  dim = config.num_rotated
-  original = scaling.original_max_position
-  if _is_concrete(seq_len):
-    length = original if seq_len is None else max(int(seq_len), original)
-    base = config.base * ((scaling.factor * length / original) - (scaling.factor - 1)) ** (
-        dim / (dim - 2))
-    return jnp.asarray(_default_inv_freq(base, dim))
-  # Traced length (e.g. inside a jitted decode loop): same formula in float32.
-  length = jnp.maximum(seq_len, original).astype(jnp.float32)
-  ratio = (jnp.float32(scaling.factor) * length / jnp.float32(original)) - jnp.float32(
-      scaling.factor - 1)
-  base = jnp.float32(config.base) * ratio ** jnp.float32(dim / (dim - 2))
-  return 1.0 / (base ** jnp.asarray(_exponents(dim)))
-
-
-def _yarn_inv_freq(config: RopeConfig, scaling: scalings.YaRNScaling) -> np.ndarray:
-  dim = config.num_rotated
-  pos_freqs = np.float32(config.base) ** _exponents(dim)
-  inv_freq_extrapolation = np.float32(1.0) / pos_freqs
-  inv_freq_interpolation = np.float32(1.0) / (np.float32(scaling.factor) * pos_freqs)
-  low, high = scalings.yarn_correction_range(scaling, dim=dim, base=config.base)
-  if low == high:
-    high += 0.001  # As HF: prevents a division by zero in the ramp.
-  ramp = (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low)
-  ramp = np.clip(ramp, 0, 1).astype(np.float32)
-  extrapolation_factor = np.float32(1.0) - ramp
-  inv_freq = (inv_freq_interpolation * (np.float32(1.0) - extrapolation_factor) +
-              inv_freq_extrapolation * extrapolation_factor)
-  return inv_freq.astype(np.float32)
-
-
-def _llama3_inv_freq(config: RopeConfig, scaling: scalings.Llama3Scaling) -> np.ndarray:
-  inv_freq = _default_inv_freq(config.base, config.num_rotated)
-  factor = np.float32(scaling.factor)
-  old_context_len = scaling.original_max_position
-  low_freq_wavelen = old_context_len / scaling.low_freq_factor
-  high_freq_wavelen = old_context_len / scaling.high_freq_factor
-  wavelen = np.float32(2 * math.pi) / inv_freq
-  inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-  smooth_factor = (np.float32(old_context_len) / wavelen - np.float32(scaling.low_freq_factor)) / (
-      np.float32(scaling.high_freq_factor - scaling.low_freq_factor))
-  smoothed = ((np.float32(1.0) - smooth_factor) * inv_freq_llama / factor +
-              smooth_factor * inv_freq_llama)
-  is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
-  return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
-
-
-def _longrope_inv_freq(config: RopeConfig, scaling: scalings.LongRoPEScaling,
-                       seq_len: SeqLen) -> Array:
-  powers = np.float32(config.base) ** _exponents(config.num_rotated)
-  short = np.float32(1.0) / (np.asarray(scaling.short_factor, np.float32) * powers)
-  long = np.float32(1.0) / (np.asarray(scaling.long_factor, np.float32) * powers)
-  if _is_concrete(seq_len):
-    use_long = seq_len is not None and int(seq_len) > scaling.original_max_position
-    return jnp.asarray(long if use_long else short)
-  return jnp.where(seq_len > scaling.original_max_position, jnp.asarray(long), jnp.asarray(short))
 
 
 def rope_inv_freq(config: RopeConfig, *, seq_len: SeqLen = None) -> Tuple[Array, float]:
@@ -230,23 +147,8 @@ def rope_inv_freq(config: RopeConfig, *, seq_len: SeqLen = None) -> Tuple[Array,
   scaling = config.scaling
   dim = config.num_rotated
   if scaling is None:
-    return jnp.asarray(_default_inv_freq(config.base, dim)), 1.0
-  if isinstance(scaling, scalings.LinearScaling):
-    inv_freq = _default_inv_freq(config.base, dim) / np.float32(scaling.factor)
-    return jnp.asarray(inv_freq.astype(np.float32)), 1.0
-  if isinstance(scaling, scalings.NTKScaling):
-    base = config.base * scaling.factor ** (dim / (dim - 2))
-    return jnp.asarray(_default_inv_freq(base, dim)), 1.0
-  if isinstance(scaling, scalings.DynamicNTKScaling):
-    return _dynamic_ntk_inv_freq(config, scaling, seq_len), 1.0
-  if isinstance(scaling, scalings.YaRNScaling):
-    return jnp.asarray(_yarn_inv_freq(config, scaling)), scalings.yarn_attention_factor(scaling)
-  if isinstance(scaling, scalings.Llama3Scaling):
-    return jnp.asarray(_llama3_inv_freq(config, scaling)), 1.0
-  if isinstance(scaling, scalings.LongRoPEScaling):
-    return (_longrope_inv_freq(config, scaling, seq_len),
-            scalings.longrope_attention_factor(scaling))
-  raise ValueError(f"unsupported scaling {scaling!r}")  # Unreachable: RopeConfig validates.
+    return jnp.asarray(scalings.default_inv_freq(config.base, dim)), 1.0
+  return scaling.inv_freq(config.base, dim, seq_len)
 
 
 def rope_angles(positions: Array, inv_freq: Array) -> Array:

@@ -22,9 +22,126 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Optional, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from pejax.encodings import arg_checks
+
+Array = jax.Array
+SeqLen = Union[int, np.integer, Array, None]
+
+
+def exponents(dim: int) -> np.ndarray:
+  """``arange(0, dim, 2) / dim`` in float32, the op order of HF and Meta.
+
+  Args:
+    dim: the rotated dimension R (even).
+
+  Returns:
+    float32 ``[R // 2]``.
+  """
+  return np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+
+
+def default_inv_freq(base: float, dim: int) -> np.ndarray:
+  """``1 / base ** (2i / dim)`` in float32, op for op as Hugging Face computes it.
+
+  Args:
+    base: RoPE base theta.
+    dim: the rotated dimension R (even).
+
+  Returns:
+    float32 ``[R // 2]`` inverse frequencies.
+  """
+  return (np.float32(1.0) / (np.float32(base) ** exponents(dim))).astype(np.float32)
+
+
+def is_concrete(value: Any) -> bool:
+  """Whether ``value`` has a value now (not a tracer inside ``jax.jit``)."""
+  return not isinstance(value, jax.core.Tracer)
+
+
+_SCALINGS: Dict[str, type] = {}
+
+
+def register_scaling(cls: type) -> type:
+  """Class decorator: registers a scaling dataclass under its ``name`` (one entry each).
+
+  A scaling class defines ``name``, ``length_dependent``, ``inv_freq(base, dim, seq_len)``
+  and optionally ``check_rotary_dim`` / ``from_fields``.
+
+  Args:
+    cls: the scaling dataclass.
+
+  Returns:
+    ``cls``.
+  """
+  _SCALINGS[cls.name] = cls
+  return cls
+
+
+def scaling_names() -> Tuple[str, ...]:
+  """The registered scaling names (``"linear"``, ``"ntk"``, ...), in registration order.
+
+  Returns:
+    A tuple of names (``"none"`` not included).
+  """
+  return tuple(_SCALINGS)
+
+
+def scaling_class(name: str) -> type:
+  """The scaling dataclass registered as ``name``.
+
+  Args:
+    name: one of :func:`scaling_names`.
+
+  Returns:
+    The class.
+
+  Raises:
+    ValueError: naming the valid names.
+  """
+  if name not in _SCALINGS:
+    raise ValueError(f"scaling must be one of {['none'] + list(_SCALINGS)}, got {name!r}")
+  return _SCALINGS[name]
+
+
+class _ScalingBase:
+  """Shared behaviour of the scaling dataclasses (mixin)."""
+
+  name: ClassVar[str] = ""
+  length_dependent: ClassVar[bool] = False
+  # Defaults used when the scaling is built from flat fields (command line).
+  field_defaults: ClassVar[Dict[str, Any]] = {}
+
+  def check_rotary_dim(self, dim: int) -> None:
+    """Raises ``ValueError`` if this scaling cannot serve ``dim`` rotated dims."""
+    del dim
+
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """``(inv_freq [dim // 2] float32, attention_factor)`` for this scaling."""
+    raise NotImplementedError
+
+  @classmethod
+  def from_fields(cls, values: Dict[str, Any], *, rotary_dim: Optional[int] = None,
+                  train_len: Optional[int] = None):
+    """Builds the scaling from flat fields; a missing or 0 ``original_max_position`` is
+    ``train_len``."""
+    del rotary_dim
+    values = {**cls.field_defaults, **values}
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+      raise ValueError(f"{unknown[0]} is not a field of the {cls.name!r} scaling; its fields: "
+                       f"{sorted(names)}")
+    if "original_max_position" in names and not values.get("original_max_position"):
+      if not train_len:
+        raise ValueError(f"original_max_position is required for the {cls.name!r} scaling")
+      values["original_max_position"] = int(train_len)
+    return cls(**values)
 
 
 def _check_factor(value: float) -> None:
@@ -35,22 +152,31 @@ def _check_original(value: int) -> None:
   arg_checks.check_positive_int("original_max_position", value)
 
 
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class LinearScaling:
+class LinearScaling(_ScalingBase):
   """Position interpolation: every frequency divided by ``factor`` (HF ``rope_type="linear"``).
 
   Attributes:
     factor: context extension factor s > 0; positions are effectively compressed by s.
   """
 
+  name: ClassVar[str] = "linear"
   factor: float
 
   def __post_init__(self):
     _check_factor(self.factor)
 
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Every default frequency divided by ``factor``."""
+    del seq_len
+    inv_freq = default_inv_freq(base, dim) / np.float32(self.factor)
+    return jnp.asarray(inv_freq.astype(np.float32)), 1.0
 
+
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class NTKScaling:
+class NTKScaling(_ScalingBase):
   """Static NTK-aware scaling: the base becomes ``base * factor ** (d / (d - 2))``.
 
   With ``d`` the rotated dimension. High frequencies are kept (extrapolated), and the lowest
@@ -60,14 +186,30 @@ class NTKScaling:
     factor: context extension factor s > 0.
   """
 
+  name: ClassVar[str] = "ntk"
   factor: float
 
   def __post_init__(self):
     _check_factor(self.factor)
 
+  def check_rotary_dim(self, dim: int) -> None:
+    """NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``)."""
+    _check_ntk_dim(dim)
 
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Default frequencies of the base ``base * factor ** (d / (d - 2))``."""
+    del seq_len
+    return jnp.asarray(default_inv_freq(base * self.factor ** (dim / (dim - 2)), dim)), 1.0
+
+
+def _check_ntk_dim(dim: int) -> None:
+  if dim < 4:
+    raise ValueError(f"NTK scalings need rotary_dim >= 4 (they use d / (d - 2)), got {dim}")
+
+
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class DynamicNTKScaling:
+class DynamicNTKScaling(_ScalingBase):
   """Dynamic NTK: NTK-aware base chosen from the current length (HF ``rope_type="dynamic"``).
 
   For ``seq_len <= original_max_position`` the frequencies equal the unscaled ones; beyond,
@@ -78,6 +220,8 @@ class DynamicNTKScaling:
     original_max_position: the training context length (HF ``max_position_embeddings``).
   """
 
+  name: ClassVar[str] = "dynamic"
+  length_dependent: ClassVar[bool] = True
   factor: float
   original_max_position: int
 
@@ -85,9 +229,29 @@ class DynamicNTKScaling:
     _check_factor(self.factor)
     _check_original(self.original_max_position)
 
+  def check_rotary_dim(self, dim: int) -> None:
+    """Dynamic NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``)."""
+    _check_ntk_dim(dim)
 
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """The NTK base for ``max(seq_len, original)`` (traced lengths in float32)."""
+    original = self.original_max_position
+    if is_concrete(seq_len):
+      length = original if seq_len is None else max(int(seq_len), original)
+      new_base = base * ((self.factor * length / original) - (self.factor - 1)) ** (
+          dim / (dim - 2))
+      return jnp.asarray(default_inv_freq(new_base, dim)), 1.0
+    # Traced length (e.g. inside a jitted decode loop): same formula in float32.
+    length = jnp.maximum(seq_len, original).astype(jnp.float32)
+    ratio = (jnp.float32(self.factor) * length / jnp.float32(original)) - jnp.float32(
+        self.factor - 1)
+    new_base = jnp.float32(base) * ratio ** jnp.float32(dim / (dim - 2))
+    return 1.0 / (new_base ** jnp.asarray(exponents(dim))), 1.0
+
+
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class YaRNScaling:
+class YaRNScaling(_ScalingBase):
   """YaRN: per-frequency blend of interpolation and extrapolation plus an attention factor.
 
   Attributes:
@@ -103,6 +267,7 @@ class YaRNScaling:
     attention_factor: explicit attention factor overriding the formulas.
   """
 
+  name: ClassVar[str] = "yarn"
   factor: float
   original_max_position: int
   beta_fast: float = 32.0
@@ -128,9 +293,26 @@ class YaRNScaling:
       if value is not None and (not math.isfinite(float(value)) or float(value) < 0):
         raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
 
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Interpolated / extrapolated blend along the correction ramp, and the attention factor."""
+    del seq_len
+    pos_freqs = np.float32(base) ** exponents(dim)
+    inv_freq_extrapolation = np.float32(1.0) / pos_freqs
+    inv_freq_interpolation = np.float32(1.0) / (np.float32(self.factor) * pos_freqs)
+    low, high = yarn_correction_range(self, dim=dim, base=base)
+    if low == high:
+      high += 0.001  # As HF: prevents a division by zero in the ramp.
+    ramp = (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low)
+    ramp = np.clip(ramp, 0, 1).astype(np.float32)
+    extrapolation_factor = np.float32(1.0) - ramp
+    inv_freq = (inv_freq_interpolation * (np.float32(1.0) - extrapolation_factor) +
+                inv_freq_extrapolation * extrapolation_factor)
+    return jnp.asarray(inv_freq.astype(np.float32)), yarn_attention_factor(self)
 
+
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class Llama3Scaling:
+class Llama3Scaling(_ScalingBase):
   """Llama 3.1 scaling: low frequencies divided by ``factor``, high kept, a smooth band between.
 
   Attributes:
@@ -140,6 +322,8 @@ class Llama3Scaling:
     original_max_position: the pre-training context length (8192 for Llama 3.1).
   """
 
+  name: ClassVar[str] = "llama3"
+  field_defaults: ClassVar[Dict[str, Any]] = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
   factor: float
   low_freq_factor: float
   high_freq_factor: float
@@ -155,9 +339,28 @@ class Llama3Scaling:
           "high_freq_factor must be greater than low_freq_factor, got "
           f"high_freq_factor={self.high_freq_factor}, low_freq_factor={self.low_freq_factor}")
 
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Low band divided by ``factor``, high band kept, the medium band smoothly blended."""
+    del seq_len
+    inv_freq = default_inv_freq(base, dim)
+    factor = np.float32(self.factor)
+    old_context_len = self.original_max_position
+    low_freq_wavelen = old_context_len / self.low_freq_factor
+    high_freq_wavelen = old_context_len / self.high_freq_factor
+    wavelen = np.float32(2 * math.pi) / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (np.float32(old_context_len) / wavelen -
+                     np.float32(self.low_freq_factor)) / (
+                         np.float32(self.high_freq_factor - self.low_freq_factor))
+    smoothed = ((np.float32(1.0) - smooth_factor) * inv_freq_llama / factor +
+                smooth_factor * inv_freq_llama)
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return jnp.asarray(np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)), 1.0
 
+
+@register_scaling
 @dataclasses.dataclass(frozen=True)
-class LongRoPEScaling:
+class LongRoPEScaling(_ScalingBase):
   """LongRoPE: per-frequency rescale factors, ``short_factor`` up to the original length.
 
   For ``seq_len > original_max_position`` the ``long_factor`` list is used, else
@@ -173,6 +376,8 @@ class LongRoPEScaling:
     attention_factor: explicit attention factor overriding the formula.
   """
 
+  name: ClassVar[str] = "longrope"
+  length_dependent: ClassVar[bool] = True
   short_factor: Tuple[float, ...]
   long_factor: Tuple[float, ...]
   original_max_position: int
@@ -197,6 +402,45 @@ class LongRoPEScaling:
       _check_factor(self.factor)
     if self.attention_factor is not None:
       arg_checks.check_positive_float("attention_factor", self.attention_factor)
+
+  def check_rotary_dim(self, dim: int) -> None:
+    """The factor lists must have ``dim // 2`` entries."""
+    if len(self.short_factor) != dim // 2:
+      raise ValueError(
+          f"LongRoPE short_factor/long_factor must have rotary_dim // 2 = {dim // 2} entries, "
+          f"got {len(self.short_factor)}")
+
+  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Short factors up to the original length, long ones beyond (traced: ``jnp.where``)."""
+    powers = np.float32(base) ** exponents(dim)
+    short = np.float32(1.0) / (np.asarray(self.short_factor, np.float32) * powers)
+    long = np.float32(1.0) / (np.asarray(self.long_factor, np.float32) * powers)
+    factor = longrope_attention_factor(self)
+    if is_concrete(seq_len):
+      use_long = seq_len is not None and int(seq_len) > self.original_max_position
+      return jnp.asarray(long if use_long else short), factor
+    return jnp.where(seq_len > self.original_max_position, jnp.asarray(long),
+                     jnp.asarray(short)), factor
+
+  @classmethod
+  def from_fields(cls, values: Dict[str, Any], *, rotary_dim: Optional[int] = None,
+                  train_len: Optional[int] = None):
+    """Without searched factors: ``long_factor[i] = factor ** (i / (n - 1))`` (1 for the
+    highest frequency, ``factor`` for the lowest, geometric between; a documented heuristic) and
+    ``short_factor = 1``; factor lists may also be given as comma-separated strings."""
+    values = dict(values)
+    for key in ("short_factor", "long_factor"):
+      if isinstance(values.get(key), str):
+        values[key] = tuple(float(v) for v in values[key].split(",") if v.strip())
+    if "long_factor" not in values:
+      if not rotary_dim:
+        raise ValueError("long_factor is required for the 'longrope' scaling without a "
+                         "rotary_dim to derive it from")
+      n = rotary_dim // 2
+      factor = float(values.get("factor") or 1.0)
+      values["long_factor"] = tuple(float(factor ** (i / max(n - 1, 1))) for i in range(n))
+    values.setdefault("short_factor", (1.0,) * len(values["long_factor"]))
+    return super().from_fields(values, train_len=train_len)
 
 
 Scaling = Union[LinearScaling, NTKScaling, DynamicNTKScaling, YaRNScaling, Llama3Scaling,

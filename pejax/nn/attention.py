@@ -17,12 +17,15 @@ Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads 
 Both take the same inputs and give the same numbers (float32 rounding aside). The positional bias
 is passed either as a function of positions (``bias(q_positions, k_positions) -> [B|1, H, Lq,
 Lk]``; both implementations accept it) or, for ``dense`` only, as the array that function
-returned, so that a decoder evaluates it once per forward pass and shares it across layers.
+returned, so that a decoder evaluates it once per forward pass and shares it across layers. A
+content-aware bias also takes per-token features (``q_features`` / ``k_features``, gathered per
+tile by blockwise attention). A logit transform that needs whole rows of ``q . k``
+(``logits_fn``, CoPE) runs on a plain dense path differentiated by autodiff, dense only.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -31,9 +34,10 @@ from pejax.encodings import arg_checks
 from pejax.nn.blockwise_attention import blockwise_attention
 from pejax.nn.blockwise_attention import check_positions_and_segments
 from pejax.nn.dense_attention import dense_attention
+from pejax.nn.hooked_attention import hooked_attention
 
 Array = jax.Array
-Bias = Union[None, Array, Callable[[Array, Array], Array]]
+Bias = Union[None, Array, Callable[..., Array]]
 
 IMPLEMENTATIONS = ("dense", "blockwise")
 
@@ -79,6 +83,10 @@ def attention(
     q_segment_ids: Optional[Array] = None,
     k_segment_ids: Optional[Array] = None,
     block_size: int = 512,
+    window: Optional[int] = None,
+    q_features: Any = None,
+    k_features: Any = None,
+    logits_fn: Optional[Callable[[Array], Array]] = None,
 ) -> Array:
   """Scaled dot-product attention with a positional bias, causal/segment masks and GQA.
 
@@ -88,11 +96,12 @@ def attention(
   Args:
     q: ``[B, Lq, H, D]`` queries.
     k: ``[B, Lk, K, D]`` keys, ``H % K == 0``.
-    v: ``[B, Lk, K, D]`` values.
+    v: ``[B, Lk, K, Dv]`` values (``Dv`` may differ from ``D``).
     q_positions: int ``[B | 1, Lq]`` query positions (arguments of a bias function).
     k_positions: int ``[B | 1, Lk]`` key positions.
-    bias: ``None``; a function ``(q_positions, k_positions) -> [B|1, H, Lq, Lk]``; or, for
-      ``dense`` only, an already evaluated ``[B|1, H, Lq, Lk]`` array.
+    bias: ``None``; a function ``(q_positions, k_positions) -> [B|1, H, Lq, Lk]`` (with
+      features: ``(q_positions, k_positions, q_features, k_features)``); or, for ``dense``
+      only, an already evaluated ``[B|1, H, Lq, Lk]`` array.
     implementation: ``"dense"`` or ``"blockwise"``.
     causal: mask keys at later slots.
     q_offset: int scalar slot of the first query.
@@ -100,16 +109,21 @@ def attention(
     q_segment_ids: optional int ``[B, Lq]`` segment of each query (packed sequences).
     k_segment_ids: optional int ``[B, Lk]`` segment of each key.
     block_size: tile size of ``blockwise``.
+    window: optional sliding window W: a query at slot ``s`` sees keys at slots ``> s - W``.
+    q_features: optional pytree of per-query arrays ``[B, Lq, ...]`` passed to ``bias``.
+    k_features: optional pytree of per-key arrays ``[B, Lk, ...]`` passed to ``bias``.
+    logits_fn: optional ``logits [B, H, Lq, Lk] -> [B, H, Lq, Lk]`` term added to the scaled,
+      biased, masked float32 logits (masked pairs are ``-1e30``); ``dense`` only.
 
   Returns:
-    ``[B, Lq, H, D]`` in ``q.dtype``.
+    ``[B, Lq, H, Dv]`` in ``q.dtype``.
 
   Raises:
     ValueError: naming the argument, for malformed shapes (positions or segment ids whose length
       is not the query / key length included), dtypes or choices.
   """
   arg_checks.check_choice("implementation", implementation, IMPLEMENTATIONS)
-  if q.ndim != 4 or k.ndim != 4 or v.shape != k.shape:
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
     raise ValueError(
         f"q must be [B, Lq, H, D] and k, v [B, Lk, K, D], got shapes {q.shape}, {k.shape}, "
         f"{v.shape}")
@@ -120,17 +134,37 @@ def attention(
   q_positions, k_positions = check_positions_and_segments(
       q, k, q_positions=q_positions, k_positions=k_positions, q_segment_ids=q_segment_ids,
       k_segment_ids=k_segment_ids)
+  if window is not None:
+    window = arg_checks.check_positive_int("window", window)
+  features = q_features is not None or k_features is not None
+  if features and not callable(bias):
+    raise ValueError("q_features / k_features need bias to be a function of (q_positions, "
+                     "k_positions, q_features, k_features)")
   if implementation == "blockwise":
+    if logits_fn is not None:
+      raise ValueError("logits_fn needs whole rows of logits: use implementation='dense'")
     if bias is not None and not callable(bias):
       raise ValueError(
           "bias must be a function of positions for blockwise attention (it is evaluated per "
           f"tile), got an array of shape {jnp.shape(bias)}")
+    bias_fn = bias
+    if features:
+      def bias_fn(qp, kp, q_index, k_index):  # Gathers the tile's features (pads: clipped).
+        return bias(qp, kp, _rows(q_features, q_index), _rows(k_features, k_index))
     return blockwise_attention(
-        q, k, v, q_positions=q_positions, k_positions=k_positions, bias_fn=bias, causal=causal,
-        q_offset=q_offset, kv_length=kv_length, q_segment_ids=q_segment_ids,
-        k_segment_ids=k_segment_ids, block_size=block_size)
+        q, k, v, q_positions=q_positions, k_positions=k_positions, bias_fn=bias_fn,
+        causal=causal, q_offset=q_offset, kv_length=kv_length, q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids, block_size=block_size, window=window,
+        indexed_bias=features)
   if callable(bias):
-    bias = bias(q_positions, k_positions)
+    bias = (bias(q_positions, k_positions, q_features, k_features) if features
+            else bias(q_positions, k_positions))
+  if logits_fn is not None:
+    return hooked_attention(
+        q, k, v, bias=bias, logits_fn=logits_fn,
+        q_slots=q_offset + jnp.arange(q.shape[1], dtype=jnp.int32),
+        k_slots=jnp.arange(k.shape[1], dtype=jnp.int32), causal=causal, kv_length=kv_length,
+        q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids, window=window)
   q_len, k_len = q.shape[1], k.shape[1]
   chunks = ((0, q_len, k_len),)
   if causal and isinstance(q_offset, int) and q_offset == 0 and q_len == k_len:
@@ -139,7 +173,14 @@ def attention(
   return dense_attention(
       q, k, v, bias=bias, q_slots=q_offset + jnp.arange(q_len, dtype=jnp.int32),
       k_slots=jnp.arange(k_len, dtype=jnp.int32), causal=causal, chunks=chunks,
-      kv_length=kv_length, q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids)
+      kv_length=kv_length, q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids,
+      window=window)
+
+
+def _rows(tree: Any, index: Array) -> Any:
+  """Rows ``index`` (axis 1) of every array of ``tree``; indices past the end are clipped (the
+  padding rows of a blockwise tile, masked anyway)."""
+  return jax.tree.map(lambda x: jnp.take(x, index, axis=1, mode="clip"), tree)
 
 
 def causal_chunks(length: int) -> list[tuple[int, int]]:

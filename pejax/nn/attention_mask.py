@@ -5,8 +5,8 @@ Axes: B batch, Lq query length, Lk key length.
 Causality is defined by *slots* (indices in the key/value sequence or KV cache), never by
 positions: positions are free (packed sequences restart them, randomized positions skip values,
 a KV cache continues them), while slot order is what "earlier token" means. A query at slot ``s``
-sees keys at slots ``<= s`` (causal), below ``kv_length`` (filled cache entries, unpadded keys) and
-with its own segment id (packed sequences).
+sees keys at slots ``<= s`` (causal), below ``kv_length`` (filled cache entries, unpadded keys),
+with its own segment id (packed sequences) and, with a sliding window W, at slots ``> s - W``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def attention_mask(
     kv_length: Optional[Array] = None,
     q_segment_ids: Optional[Array] = None,
     k_segment_ids: Optional[Array] = None,
+    window: Optional[int] = None,
 ) -> Array:
   """Which (query, key) pairs take part in attention.
 
@@ -39,6 +40,8 @@ def attention_mask(
     q_segment_ids: optional int ``[B, Lq]``; with ``k_segment_ids`` ``[B, Lk]``, a query sees only
       keys of the same segment (packed sequences).
     k_segment_ids: optional int ``[B, Lk]``.
+    window: optional sliding window W: a query at slot ``s`` sees only keys at slots
+      ``> s - W`` (the W most recent slots, its own included).
 
   Returns:
     bool ``[B, 1, Lq, Lk]`` with segment ids, else ``[1, 1, Lq, Lk]`` (broadcast over batch and
@@ -49,6 +52,8 @@ def attention_mask(
     mask = k_slots[None, :] <= q_slots[:, None]
   if kv_length is not None:
     mask = jnp.logical_and(mask, (k_slots < kv_length)[None, :])
+  if window is not None:
+    mask = jnp.logical_and(mask, k_slots[None, :] > q_slots[:, None] - window)
   mask = mask[None, None, :, :]
   if (q_segment_ids is None) != (k_segment_ids is None):
     raise ValueError("q_segment_ids and k_segment_ids must be given together")

@@ -124,13 +124,15 @@ def blockwise_attention(
     q_segment_ids: Optional[Array] = None,
     k_segment_ids: Optional[Array] = None,
     block_size: int = 512,
+    window: Optional[int] = None,
+    indexed_bias: bool = False,
 ) -> Array:
   """Exact softmax attention computed tile by tile.
 
   Args:
     q: ``[B, Lq, H, D]`` queries (already rotated, if the PE rotates).
     k: ``[B, Lk, K, D]`` keys.
-    v: ``[B, Lk, K, D]`` values.
+    v: ``[B, Lk, K, Dv]`` values (``Dv`` may differ from ``D``).
     q_positions: int ``[B | 1, Lq]`` positions of the queries (passed to ``bias_fn``).
     k_positions: int ``[B | 1, Lk]`` positions of the keys.
     bias_fn: optional ``(q_positions [B|1, bq], k_positions [B|1, bk]) -> [B|1, H, bq, bk]``
@@ -141,15 +143,20 @@ def blockwise_attention(
     q_segment_ids: optional int ``[B, Lq]`` (packed sequences; with ``k_segment_ids``).
     k_segment_ids: optional int ``[B, Lk]``.
     block_size: tile size for both queries and keys (capped at the lengths).
+    window: optional sliding window W: keys at slots ``> q_slot - W`` only; key tiles entirely
+      outside every query's window are skipped like tiles in the future.
+    indexed_bias: ``bias_fn`` also takes the tile's query and key row indices, int32 ``[bq]``
+      and ``[bk]`` (into the ``Lq`` queries / ``Lk`` keys; padding rows index past the end), to
+      gather per-token features it closes over: ``bias_fn(q_pos, k_pos, q_index, k_index)``.
 
   Returns:
-    ``[B, Lq, H, D]`` in ``q.dtype``.
+    ``[B, Lq, H, Dv]`` in ``q.dtype``.
 
   Raises:
     ValueError: naming the argument: malformed ``q``, ``k``, ``v`` shapes, positions or segment
       ids whose length is not the query / key length, ``block_size < 1``.
   """
-  if q.ndim != 4 or k.ndim != 4 or v.shape != k.shape:
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
     raise ValueError(
         f"q must be [B, Lq, H, D] and k, v [B, Lk, K, D], got shapes {q.shape}, {k.shape}, "
         f"{v.shape}")
@@ -188,14 +195,20 @@ def blockwise_attention(
   if bias_fn is not None:
     # Parameters the bias closes over (a learned T5 table) become explicit inputs of the custom
     # VJP, so that its backward pass can return their gradients.
-    converted_bias, bias_consts = jax.closure_convert(bias_fn, qpos_tiles[0], kpos_tiles[0])
+    examples = (qpos_tiles[0], kpos_tiles[0])
+    if indexed_bias:
+      examples += (jnp.arange(bq, dtype=jnp.int32), jnp.arange(bk, dtype=jnp.int32))
+    converted_bias, bias_consts = jax.closure_convert(bias_fn, *examples)
     bias_consts = tuple(bias_consts)
+  if window is not None:
+    window = arg_checks.check_positive_int("window", window)
   static = _Static(causal=bool(causal), segments=q_segment_ids is not None, bq=bq, bk=bk,
-                   head_dim=head_dim, prescaled=prescaled, bias_fn=converted_bias)
+                   head_dim=head_dim, prescaled=prescaled, bias_fn=converted_bias,
+                   window=window, indexed=bool(indexed_bias))
   out = _flash(static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles, qseg_tiles,
                kseg_tiles, jnp.asarray(q_offset, jnp.int32), jnp.asarray(valid_keys, jnp.int32),
                bias_consts)  # [nq, B, bq, K, G, D]
-  out = jnp.moveaxis(out, 0, 1).reshape((batch, -1, num_heads, head_dim))
+  out = jnp.moveaxis(out, 0, 1).reshape((batch, -1, num_heads, v.shape[-1]))
   return out[:, :q_len]
 
 
@@ -208,6 +221,8 @@ class _Static(NamedTuple):
   head_dim: int
   prescaled: bool
   bias_fn: Optional[Callable]  # (q_pos, k_pos, *consts) -> [B|1, H, bq, bk], closure-converted
+  window: Optional[int] = None  # sliding window (None: global)
+  indexed: bool = False  # bias_fn also takes the tile's row indices (q_index, k_index)
 
 
 def _tile_kind(static: _Static, i, j, q_offset, valid_keys):
@@ -220,13 +235,21 @@ def _tile_kind(static: _Static, i, j, q_offset, valid_keys):
   if static.causal:
     needed = jnp.logical_and(needed, first_k_slot <= last_q_slot)
     full = jnp.logical_and(full, last_k_slot <= last_q_slot - static.bq + 1)  # <= first q slot
+  if static.window is not None:
+    first_q_slot = last_q_slot - static.bq + 1
+    needed = jnp.logical_and(needed, last_k_slot > first_q_slot - static.window)
+    full = jnp.logical_and(full, first_k_slot > last_q_slot - static.window)
   return jnp.where(needed, jnp.where(full, 1, 2), 0)
 
 
-def _tile_bias(static: _Static, q_pos, k_pos, consts) -> Optional[Array]:
-  """Float32 bias ``[B|1, H, bq, bk]`` of one tile, or ``None`` without a bias function."""
+def _tile_bias(static: _Static, i, j, q_pos, k_pos, consts) -> Optional[Array]:
+  """Float32 bias ``[B|1, H, bq, bk]`` of tile ``(i, j)``, or ``None`` without a bias function."""
   if static.bias_fn is None:
     return None
+  if static.indexed:
+    q_index = i * static.bq + jnp.arange(static.bq, dtype=jnp.int32)
+    k_index = j * static.bk + jnp.arange(static.bk, dtype=jnp.int32)
+    return static.bias_fn(q_pos, k_pos, q_index, k_index, *consts).astype(jnp.float32)
   return static.bias_fn(q_pos, k_pos, *consts).astype(jnp.float32)
 
 
@@ -247,20 +270,21 @@ def _tile_logits(static: _Static, masked: bool, i, j, q_tile, k_tile, bias, q_se
   q_slots = q_offset + i * static.bq + jnp.arange(static.bq, dtype=jnp.int32)
   k_slots = j * static.bk + jnp.arange(static.bk, dtype=jnp.int32)
   mask = attention_mask(q_slots, k_slots, causal=static.causal, kv_length=valid_keys,
-                        q_segment_ids=q_seg, k_segment_ids=k_seg)[:, :, None]  # [B|1,1,1,..]
+                        q_segment_ids=q_seg, k_segment_ids=k_seg, window=static.window)[:, :, None]  # [B|1,1,1,..]
   return jnp.where(mask, logits, _MASKED), mask
 
 
 def _forward(static: _Static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles, qseg_tiles,
              kseg_tiles, q_offset, valid_keys, consts):
   """Output tiles ``[nq, B, bq, K, G, D]`` and per-row max / normalizer ``[nq, B, K, G, bq]``."""
-  _, batch, bq, num_kv_heads, groups, head_dim = q_tiles.shape
+  _, batch, bq, num_kv_heads, groups, _ = q_tiles.shape
+  head_dim = v_tiles.shape[-1]
   num_k_tiles = k_tiles.shape[0]
 
   def tile_update(masked, carry, i, j, q_tile, k_tile, v_tile, q_pos, k_pos, q_seg, k_seg):
     running_max, normalizer, out = carry
     logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile,
-                                _tile_bias(static, q_pos, k_pos, consts), q_seg, k_seg,
+                                _tile_bias(static, i, j, q_pos, k_pos, consts), q_seg, k_seg,
                                 q_offset, valid_keys)
     new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
     probs = jnp.exp(logits - new_max[..., None])
@@ -344,12 +368,12 @@ def _flash_bwd(static: _Static, residuals, dout):
     if static.bias_fn is not None and float_consts:
       def bias_of(*fc):
         it = iter(fc)
-        return _tile_bias(static, q_pos, k_pos,
+        return _tile_bias(static, i, j, q_pos, k_pos,
                           [next(it) if f else c for c, f in zip(consts, is_float)])
       # One evaluation of the bias serves the logits and the gradient of its parameters.
       bias, bias_vjp = jax.vjp(bias_of, *float_consts)
     else:
-      bias = _tile_bias(static, q_pos, k_pos, consts)
+      bias = _tile_bias(static, i, j, q_pos, k_pos, consts)
     logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile, bias, q_seg, k_seg,
                                 q_offset, valid_keys)
     probs = jnp.exp(logits - m_tile[..., None]) * inv_tile[..., None]  # [B, K, G, bq, bk]

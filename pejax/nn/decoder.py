@@ -3,11 +3,13 @@
 Axes: B batch, L length (new tokens), T KV-cache capacity, V vocabulary, E model width,
 H query heads, K key/value heads.
 
-The PE enters only through its three hooks (:mod:`pejax.nn.positional.interface`): ``embed`` once
+The PE enters only through its hooks (:mod:`pejax.nn.positional.interface`): ``embed`` once
 after the token embedding, ``rotate`` in every attention layer, and ``bias``, which the decoder
-evaluates **once per forward pass** for dense attention (one ``[B|1, H, L, L]`` array shared by all
-layers, e.g. the single T5 table) or hands to blockwise attention as a function of positions to
-evaluate per tile.
+evaluates **once per forward pass** per shared PE instance for dense attention (one ``[B|1, H, L,
+L]`` array shared by the layers, e.g. the single T5 table) or hands to blockwise attention as a
+function of positions to evaluate per tile; per-layer PEs (KERPLE, FIRE) and content-aware ones
+(FoX, Shaw, CoPE) act inside their layer. ``config.pe`` may be a per-layer pattern (each layer
+its own PE, e.g. RoPE on sliding-window layers and NoPE on global ones).
 
 Positions are explicit: ``None`` means ``arange(L)`` for every row (kept as a ``[1, L]`` array so
 that biases and rotations are built once for the whole batch); training with randomized
@@ -51,6 +53,7 @@ from pejax.nn.attention import Bias, choose_implementation
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
+from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -97,8 +100,21 @@ class Decoder(nnx.Module):
         config.vocab_size, config.d_model, dtype=dtype,
         embedding_init=axes.partitioned(nnx.initializers.normal(stddev=config.d_model ** -0.5),
                                         (axes.VOCAB, axes.EMBED)), rngs=rngs)
-    self.pe = build_pe(config, rngs=rngs)
-    self.blocks = nnx.List([DecoderBlock(config, rngs=rngs) for _ in range(config.num_layers)])
+    # One PE instance per distinct config, or per layer for per-layer PEs (own parameters).
+    instances, layer_pe, by_config = [], [], {}
+    for pe_config in config.layer_pes:
+      pe = build_pe(pe_config, config, rngs=rngs) if (
+          pe_config not in by_config or type(by_config[pe_config][1]).per_layer) else None
+      if pe is not None:
+        by_config[pe_config] = (len(instances), pe)
+        instances.append(pe)
+        layer_pe.append(len(instances) - 1)
+      else:
+        layer_pe.append(by_config[pe_config][0])
+    self.pes = nnx.List(instances)
+    self.layer_pe = tuple(layer_pe)
+    self.blocks = nnx.List([DecoderBlock(config, rngs=rngs, layer=layer)
+                            for layer in range(config.num_layers)])
     self.final_norm = nnx.RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.lm_head = None if config.tie_embeddings else TokenLinear(
@@ -143,11 +159,25 @@ class Decoder(nnx.Module):
         self.config.attention if attention is None else attention, length,
         blockwise_threshold=self.config.blockwise_threshold)
     x = self._embed(tokens, positions)
-    bias = self._bias(positions, positions, implementation)
-    for block in self.blocks:
-      x = block(x, pe=self.pe, positions=positions, segment_ids=segment_ids, bias=bias,
-                implementation=implementation)
+    biases = self._shared_biases(positions, positions, implementation)
+    for block, index in zip(self.blocks, self.layer_pe):
+      x = block(x, pe=self.pes[index], positions=positions, segment_ids=segment_ids,
+                bias=biases[index], implementation=implementation)
     return self._logits(x)
+
+  @property
+  def pe(self) -> PositionalEncoding:
+    """The positional encoding of the first layer (the only one unless ``config.pe`` is a
+    per-layer pattern or the PE is per-layer)."""
+    return self.pes[self.layer_pe[0]]
+
+  def layer_pes(self) -> tuple[PositionalEncoding, ...]:
+    """The PE instance of each layer (shared instances repeat).
+
+    Returns:
+      A tuple of ``num_layers`` :class:`PositionalEncoding` modules.
+    """
+    return tuple(self.pes[index] for index in self.layer_pe)
 
   # ----------------------------------------------------------------------------------------------
   # KV-cache decoding.
@@ -169,7 +199,9 @@ class Decoder(nnx.Module):
         batch_size=arg_checks.check_positive_int("batch_size", batch_size),
         max_length=arg_checks.check_positive_int("max_length", max_length),
         num_kv_heads=config.kv_heads, head_dim=config.head_dim,
-        dtype=config.compute_dtype if dtype is None else dtype)
+        dtype=config.compute_dtype if dtype is None else dtype,
+        feature_shapes=tuple(pe.key_feature_shape() if pe.has_content_bias else None
+                             for pe in self.layer_pes()))
 
   def prefill(self, tokens: jax.Array, positions: Optional[jax.Array],
               cache: KVCache) -> tuple[jax.Array, KVCache]:
@@ -244,18 +276,23 @@ class Decoder(nnx.Module):
     implementation = choose_implementation(
         self.config.attention, length, blockwise_threshold=self.config.blockwise_threshold)
     x = self._embed(tokens, positions)
-    bias = self._bias(positions, cache_positions, implementation)
-    keys, values = [], []
-    for block, layer_keys, layer_values in zip(self.blocks, cache.keys, cache.values):
-      x, layer_keys, layer_values = block.extend(
-          x, pe=self.pe, positions=positions, cache_positions=cache_positions, keys=layer_keys,
-          values=layer_values, length=start, bias=bias, implementation=implementation)
+    biases = self._shared_biases(positions, cache_positions, implementation)
+    keys, values, features = [], [], []
+    cache_features = cache.features or (None,) * len(self.blocks)
+    for block, index, layer_keys, layer_values, layer_features in zip(
+        self.blocks, self.layer_pe, cache.keys, cache.values, cache_features):
+      x, layer_keys, layer_values, layer_features = block.extend(
+          x, pe=self.pes[index], positions=positions, cache_positions=cache_positions,
+          keys=layer_keys, values=layer_values, length=start, bias=biases[index],
+          implementation=implementation, features=layer_features)
       keys.append(layer_keys)
       values.append(layer_values)
+      features.append(layer_features)
     logits = self._logits(x)
     # dynamic_update_slice clamps an overflowing write silently: poison the logits instead.
     logits = jnp.where(start + length > cache.max_length, jnp.nan, logits)
-    return logits, KVCache(tuple(keys), tuple(values), cache_positions, start + length)
+    return logits, KVCache(tuple(keys), tuple(values), cache_positions, start + length,
+                           tuple(features))
 
   # ----------------------------------------------------------------------------------------------
   # Shared pieces.
@@ -278,11 +315,12 @@ class Decoder(nnx.Module):
 
   def _check_length(self, length: int) -> None:
     """Raises if ``arange(length)`` positions cannot be encoded (e.g. past a learned table)."""
-    limit = self.pe.max_length
-    if limit is not None and length > limit:
-      raise ValueError(
-          f"sequence length {length} exceeds the position table of pe={self.config.pe!r} "
-          f"(max_position={limit}); pass explicit positions or raise max_position")
+    for pe in self.pes:
+      limit = pe.max_length
+      if limit is not None and length > limit:
+        raise ValueError(
+            f"sequence length {length} exceeds the position table of pe={pe.name!r} "
+            f"(max_position={limit}); pass explicit positions or raise max_position")
 
   def _embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
     bad = None
@@ -295,16 +333,25 @@ class Decoder(nnx.Module):
     if bad is not None:
       x = jnp.where(bad[..., None], jnp.asarray(jnp.nan, x.dtype), x)
     x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
-    return self.pe.embed(x, positions)
+    for pe in self.pes:
+      if pe.has_embed:
+        x = pe.embed(x, positions)
+    return x
 
-  def _bias(self, q_positions: jax.Array, k_positions: jax.Array, implementation: str) -> Bias:
-    """The PE bias: evaluated once here for dense attention, a per-tile function otherwise."""
-    if not self.pe.has_bias:
-      return None
-    if implementation == "dense":  # On a mesh: split over heads like the attention logits.
-      return axes.constrain(self.pe.bias(q_positions, k_positions),
-                            (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None))
-    return self.pe.bias
+  def _shared_biases(self, q_positions: jax.Array, k_positions: jax.Array,
+                     implementation: str) -> list[Bias]:
+    """Per PE instance: its bias, evaluated once here for dense attention (shared by the layers
+    using the instance) or a per-tile function; ``None`` for no bias or a per-layer PE."""
+    biases = []
+    for pe in self.pes:
+      if not pe.has_bias or pe.per_layer:
+        biases.append(None)
+      elif implementation == "dense":  # On a mesh: split over heads like the attention logits.
+        biases.append(axes.constrain(pe.bias(q_positions, k_positions),
+                                     (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None)))
+      else:
+        biases.append(pe.bias)
+    return biases
 
   def _logits(self, x: jax.Array) -> jax.Array:
     x = self.final_norm(x)

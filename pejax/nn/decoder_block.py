@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 class DecoderBlock(nnx.Module):
   """RMSNorm -> grouped-query self-attention -> residual; RMSNorm -> MLP -> residual."""
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs, layer: int = 0):
     dtype = config.compute_dtype
     self.attention_norm = nnx.RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
-    self.attention = SelfAttention(config, rngs=rngs)
+    self.attention = SelfAttention(config, rngs=rngs, layer=layer)
     self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.mlp = Mlp(config, rngs=rngs)
 
@@ -47,8 +47,8 @@ class DecoderBlock(nnx.Module):
     return x + self.mlp(self.mlp_norm(x))
 
   def extend(self, x: jax.Array, **attention_kwargs: Any) -> tuple[jax.Array, jax.Array,
-                                                                   jax.Array]:
-    """KV-cache form: returns ``(x, keys, values)`` (see :meth:`SelfAttention.extend`).
+                                                                   jax.Array, Any]:
+    """KV-cache form: returns ``(x, keys, values, features)`` (see :meth:`SelfAttention.extend`).
 
     Axes as in :mod:`pejax.nn.kv_cache`: T cache capacity, K key/value heads, D head dim.
 
@@ -56,12 +56,14 @@ class DecoderBlock(nnx.Module):
       x: ``[B, L, E]`` residual stream of the L new tokens.
       **attention_kwargs: keyword arguments of :meth:`SelfAttention.extend` (``pe``,
         ``positions`` ``[B, L]``, ``cache_positions`` ``[B, T]``, this layer's ``keys`` and
-        ``values`` ``[B, T, K, D]``, ``length``, ``bias``, ``implementation``).
+        ``values`` ``[B, T, K, D]``, ``length``, ``bias``, ``implementation``, ``features``).
 
     Returns:
-      ``(x [B, L, E], keys [B, T, K, D], values [B, T, K, D])``: the new tokens' residual stream
-      and the layer's cache with them written at slots ``length .. length + L - 1``.
+      ``(x [B, L, E], keys [B, T, K, D], values [B, T, K, D], features)``: the new tokens'
+      residual stream and the layer's cache with them written at slots ``length .. length + L -
+      1`` (``features``: the content-aware PE's key features ``[B, T, ...]`` or ``None``).
     """
-    attended, keys, values = self.attention.extend(self.attention_norm(x), **attention_kwargs)
+    attended, keys, values, features = self.attention.extend(self.attention_norm(x),
+                                                             **attention_kwargs)
     x = x + attended
-    return x + self.mlp(self.mlp_norm(x)), keys, values
+    return x + self.mlp(self.mlp_norm(x)), keys, values, features

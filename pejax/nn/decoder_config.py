@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
-from pejax.encodings.rope_scaling import Scaling
 from pejax.nn.attention import ATTENTION_CHOICES
+from pejax.nn.positional import registry
+from pejax.nn.positional.interface import PEConfig, pe_name_of
 
 MLP_KINDS = ("swiglu", "gelu")
 DTYPES = ("float32", "bfloat16")
+QUERY_SCALINGS = ("none", "logn", "ssmax")
+
+PESpec = Union[str, PEConfig]
+
+
+def _per_layer(name: str, value, num_layers: int) -> tuple:
+  """A value or a tuple cycled over ``num_layers`` layers (its length must divide them)."""
+  values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+  if not values or num_layers % len(values):
+    raise ValueError(f"{name} must be one value or a tuple whose length divides num_layers "
+                     f"({num_layers}), got {value!r}")
+  return tuple(values[i % len(values)] for i in range(num_layers))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +34,12 @@ class DecoderConfig:
 
   Invalid values raise ``ValueError`` naming the field, including the options of the chosen PE
   (e.g. an odd head dim with RoPE) and an unknown ``pe`` (the message lists the valid names).
+
+  ``pe`` is a PE config (``RotaryConfig(base=5e5)``, see :func:`pejax.nn.pe_config`), a registry
+  name (``"alibi"``: that PE with its defaults), or a tuple of those cycled over the layers
+  (per-layer patterns: ``("rope", "rope", "rope", "none")`` with ``sliding_window=(128, 128, 128,
+  None)`` is RNoPE-SWA). Names are normalized to configs on construction, so ``config.pe`` is
+  always a :class:`PEConfig` or a tuple of them; ``config.pe_name`` gives the name(s).
   """
 
   # Model shape.
@@ -45,17 +64,12 @@ class DecoderConfig:
   # every step re-rotates the cached keys for the current length; True rotates each key once
   # (cheaper per step) but keeps keys rotated for the length at which they were written.
 
-  # Positional encoding.
-  pe: str = "rope"  # Registry name: see pejax.nn.pe_names().
-  rope_base: float = 10000.0  # RoPE base theta.
-  rope_layout: str = "half"  # "half" (GPT-NeoX / HF) or "interleaved" (GPT-J / Meta Llama).
-  rope_fraction: float = 1.0  # Partial rotary: rotary_dim = int(head_dim * rope_fraction).
-  rope_scaling: Optional[Scaling] = None  # A pejax.encodings.rope_scaling dataclass or None
-  # (rotary PEs only: any other pe raises rather than silently ignoring it).
-  max_position: int = 2048  # Rows of the learned position table (pe="learned").
-  t5_num_buckets: int = 32  # T5 relative-position buckets.
-  t5_max_distance: int = 128  # T5 distance from which the last bucket is used.
-  t5_bidirectional: bool = False  # T5 buckets for keys after the query (encoder style).
+  # Positional encoding and attention pattern.
+  pe: Union[PESpec, tuple] = "rope"  # A PE config, a registry name, or a per-layer tuple.
+  sliding_window: Union[None, int, tuple] = None  # Local attention: a query sees the W most
+  # recent slots (itself included); None = global. A tuple is cycled over the layers.
+  query_scaling: str = "none"  # "logn" (Qwen-1 / Su) or "ssmax" (Nakanishi 2025) or "none".
+  query_scaling_length: int = 0  # Training length L of "logn": q * max(1, log(n) / log(L)).
 
   def __post_init__(self):
     for name in ("vocab_size", "num_layers", "d_model", "num_heads", "block_size",
@@ -75,17 +89,46 @@ class DecoderConfig:
     arg_checks.check_choice("dtype", self.dtype, DTYPES)
     arg_checks.check_positive_float("norm_epsilon", self.norm_epsilon)
     arg_checks.check_choice("attention", self.attention, ATTENTION_CHOICES)
-    from pejax.nn.positional.registry import get_pe_class  # pylint: disable=g-import-not-at-top
-    from pejax.nn.positional.rope import RotaryPE  # pylint: disable=g-import-not-at-top
-    pe_class = get_pe_class(self.pe)
-    # A scaling the PE never reads would be silently ignored: refuse it. A PE that reads
-    # rope_scaling without subclassing RotaryPE declares it with `uses_rope_scaling = True`.
-    if self.rope_scaling is not None and not getattr(
-        pe_class, "uses_rope_scaling", issubclass(pe_class, RotaryPE)):
-      raise ValueError(
-          f"rope_scaling only applies to rotary PEs, got pe={self.pe!r} with "
-          f"rope_scaling={self.rope_scaling!r}; drop rope_scaling or use pe='rope'")
-    pe_class.check_config(self)
+    specs = self.pe if isinstance(self.pe, (tuple, list)) else (self.pe,)
+    configs = tuple(registry.as_pe_config(pe) for pe in specs)
+    _per_layer("pe", configs, self.num_layers)  # Checks that the pattern divides the layers.
+    unique = tuple(dict.fromkeys(configs))
+    object.__setattr__(self, "pe", unique[0] if len(unique) == 1 else configs)
+    for pe in unique:
+      pe.check_model(self)
+      pe_class = registry.pe_class_of(pe)
+      if pe_class.changes_key_dim and self.cache_rotated_keys:
+        raise ValueError(f"cache_rotated_keys=True cannot serve pe={pe_name_of(pe)!r} "
+                         "(its rotation changes the key dimension); use cache_rotated_keys=False")
+    windows = _per_layer("sliding_window", self.sliding_window, self.num_layers)
+    for window in windows:
+      if window is not None:
+        arg_checks.check_positive_int("sliding_window", window)
+    if isinstance(self.sliding_window, list):
+      object.__setattr__(self, "sliding_window", tuple(self.sliding_window))
+    arg_checks.check_choice("query_scaling", self.query_scaling, QUERY_SCALINGS)
+    if self.query_scaling == "logn":
+      arg_checks.check_positive_int("query_scaling_length", self.query_scaling_length)
+      if self.query_scaling_length < 2:
+        raise ValueError("query_scaling_length must be >= 2 for query_scaling='logn' (log L "
+                         f"divides), got {self.query_scaling_length}")
+
+  @property
+  def layer_pes(self) -> tuple[PEConfig, ...]:
+    """The PE config of each layer (``num_layers`` entries)."""
+    return _per_layer("pe", self.pe, self.num_layers)
+
+  @property
+  def layer_windows(self) -> tuple[Optional[int], ...]:
+    """The sliding window of each layer (``None``: global attention)."""
+    return _per_layer("sliding_window", self.sliding_window, self.num_layers)
+
+  @property
+  def pe_name(self) -> str:
+    """The registry name of the PE (comma-separated per layer for a per-layer pattern)."""
+    if isinstance(self.pe, tuple):
+      return ",".join(pe_name_of(pe) for pe in self.pe)
+    return pe_name_of(self.pe)
 
   @property
   def head_dim(self) -> int:

@@ -55,6 +55,7 @@ class _Static(NamedTuple):
   causal: bool
   chunks: tuple[tuple[int, int, int], ...]  # (query start, query end, key end)
   group: int  # batch rows per group
+  window: Optional[int] = None  # sliding window (None: global)
 
 
 def group_size(batch: int, heads: int, chunk_queries: int, keys: int) -> int:
@@ -90,13 +91,14 @@ def dense_attention(
     kv_length: Optional[Array] = None,
     q_segment_ids: Optional[Array] = None,
     k_segment_ids: Optional[Array] = None,
+    window: Optional[int] = None,
 ) -> Array:
   """Softmax attention of ``q`` over ``k, v`` with float32 logits; see the module docstring.
 
   Args:
     q: ``[B, Lq, H, D]``.
     k: ``[B, Lk, K, D]``.
-    v: ``[B, Lk, K, D]``.
+    v: ``[B, Lk, K, Dv]`` (``Dv`` may differ from ``D``).
     bias: ``None`` or float ``[B | 1, H, Lq, Lk]`` added to the scaled logits (differentiable; a
       ``[1, ...]`` bias shared by the batch receives the batch-summed gradient).
     q_slots: int ``[Lq]`` slot of each query (causality compares slots).
@@ -108,9 +110,10 @@ def dense_attention(
     kv_length: optional int scalar; keys at slots ``>= kv_length`` are masked.
     q_segment_ids: optional int ``[B, Lq]`` (packed sequences), with ``k_segment_ids``.
     k_segment_ids: optional int ``[B, Lk]``.
+    window: optional sliding window W (keys at slots ``> q_slot - W``).
 
   Returns:
-    ``[B, Lq, H, D]`` in ``q.dtype``.
+    ``[B, Lq, H, Dv]`` in ``q.dtype``.
   """
   batch, q_len, heads, _ = q.shape
   chunks = tuple(tuple(int(x) for x in c) for c in chunks)
@@ -128,7 +131,8 @@ def dense_attention(
         f"bias must have shape [1 or {batch}, {heads}, {q_len}, {k.shape[1]}], got {bias.shape}")
   largest = max(chunks, key=lambda c: (c[1] - c[0]) * c[2])
   group = group_size(batch, heads, largest[1] - largest[0], largest[2])
-  static = _Static(causal=bool(causal), chunks=tuple(chunks), group=group)
+  static = _Static(causal=bool(causal), chunks=tuple(chunks), group=group,
+                   window=None if window is None else int(window))
   if bias is not None:
     bias = bias.astype(jnp.float32)
   return _attend(static, q, k, v, bias, q_slots, k_slots, kv_length, q_segment_ids,
@@ -154,13 +158,14 @@ def _chunk_logits(static: _Static, q, k, bias, q_slots, k_slots, kv_length, q_se
   mask = attention_mask(
       q_slots[start:end], k_slots[:key_end], causal=static.causal, kv_length=kv_length,
       q_segment_ids=None if q_seg is None else q_seg[:, start:end],
-      k_segment_ids=None if k_seg is None else k_seg[:, :key_end])
+      k_segment_ids=None if k_seg is None else k_seg[:, :key_end], window=static.window)
   return jnp.where(mask[:, :, None], logits, _MASKED)  # mask [g|1, 1, 1, lq, lk]
 
 
 def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
   """Output ``[g, Lq, H, D]`` (float32) and softmax max / normalizer ``[g, K, G, Lq]``."""
-  g, _, heads, head_dim = q.shape
+  g, _, heads, _ = q.shape
+  head_dim = v.shape[-1]
   outs, maxes, norms = [], [], []
   for start, end, key_end in static.chunks:
     logits = _chunk_logits(static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
@@ -184,7 +189,7 @@ def _group_backward(static: _Static, shared_bias: bool, q, k, v, bias, q_slots, 
   kv_heads = k.shape[2]
   groups = heads // kv_heads
   scale = jnp.float32(1.0 / math.sqrt(head_dim))
-  dout_g = dout.astype(jnp.float32).reshape((g, q_len, kv_heads, groups, head_dim))
+  dout_g = dout.astype(jnp.float32).reshape((g, q_len, kv_heads, groups, v.shape[-1]))
   # rowsum(dout * out) = rowsum(p * dp): the softmax gradient's per-row correction.
   delta = jnp.einsum("bqkgd,bqkgd->bkgq", dout_g,
                      out.astype(jnp.float32).reshape(dout_g.shape))

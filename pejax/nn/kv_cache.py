@@ -48,12 +48,15 @@ class KVCache(NamedTuple):
     values: tuple of N arrays ``[B, T, K, D]``.
     positions: int32 ``[B, T]`` position of each cached token (0 in empty slots).
     length: int32 scalar, number of filled slots (the same for all rows).
+    features: tuple of N entries, each ``None`` or the float32 ``[B, T, ...]`` key features of
+      a content-aware PE in that layer (FoX's cumulative log forget gates).
   """
 
   keys: tuple[jax.Array, ...]
   values: tuple[jax.Array, ...]
   positions: jax.Array
   length: jax.Array
+  features: tuple = ()
 
   @property
   def max_length(self) -> int:
@@ -62,7 +65,7 @@ class KVCache(NamedTuple):
 
 
 def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_heads: int,
-                  head_dim: int, dtype) -> KVCache:
+                  head_dim: int, dtype, feature_shapes: tuple = ()) -> KVCache:
   """An empty cache (zeros, ``length = 0``).
 
   Args:
@@ -72,6 +75,8 @@ def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_h
     num_kv_heads: K, the key/value heads per layer.
     head_dim: D.
     dtype: dtype of the keys and values (positions and length are int32).
+    feature_shapes: per layer, ``None`` or the per-token shape of a content-aware PE's key
+      features (float32 ``[B, T, *shape]`` zeros); empty means none in any layer.
 
   Returns:
     A :class:`KVCache` with N zero key and value arrays ``[B, T, K, D]`` of ``dtype``, zero
@@ -83,4 +88,7 @@ def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_h
       values=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
       positions=jnp.zeros((batch_size, max_length), jnp.int32),
       length=jnp.zeros((), jnp.int32),
+      features=tuple(None if shape is None else
+                     jnp.zeros((batch_size, max_length) + tuple(shape), jnp.float32)
+                     for shape in (feature_shapes or (None,) * num_layers)),
   )

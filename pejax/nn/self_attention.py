@@ -10,12 +10,15 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional
 
 from flax import nnx
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
@@ -40,13 +43,21 @@ class SelfAttention(nnx.Module):
   the attention run per head shard. Without a mesh the annotations change nothing.
   """
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs, layer: int = 0):
     width, dtype = config.d_model, config.compute_dtype
     self.num_heads = config.num_heads
     self.num_kv_heads = config.kv_heads
     self.head_dim = config.head_dim
     self.block_size = config.block_size
     self.cache_rotated_keys = config.cache_rotated_keys
+    self.window = config.layer_windows[layer]
+    self.query_scaling = config.query_scaling
+    self.query_scaling_length = config.query_scaling_length
+    if config.query_scaling == "ssmax":
+      # s = 1 / log(L) makes the factor 1 at the training length (neutral at initialization);
+      # 512 when no training length is given.
+      length = max(config.query_scaling_length, 2) if config.query_scaling_length else 512
+      self.ssmax_s = nnx.Param(jnp.full((self.num_heads,), 1.0 / math.log(length), jnp.float32))
 
     def linear(features_in: int, features_out: int, names: tuple[str, str]) -> TokenLinear:
       return TokenLinear(
@@ -71,57 +82,114 @@ class SelfAttention(nnx.Module):
     batch, length = out.shape[:2]
     return self.output(out.reshape((batch, length, self.num_heads * self.head_dim)))
 
+  def _scale_queries(self, q: jax.Array, positions: jax.Array) -> jax.Array:
+    """log-n / SSMax: queries times a factor of their position (``n = position + 1`` keys)."""
+    if self.query_scaling == "none":
+      return q
+    if self.query_scaling == "logn":
+      factor = logn_query_scale(positions, train_len=self.query_scaling_length)[..., None, None]
+    else:
+      factor = ssmax_query_scale(positions, self.ssmax_s[...])[..., None]  # [B|1, L, H, 1]
+    return (q.astype(jnp.float32) * factor).astype(q.dtype)
+
+  def _attend(self, q, k, v, *, pe: PositionalEncoding, x: jax.Array, q_positions, k_positions,
+              bias: Bias, implementation: str, cache=None, **kwargs):
+    """Runs attention with the PE's bias / content bias / logit hooks for this layer.
+
+    Returns ``(out, key_features)``; ``key_features`` is what the cache stores for the new
+    tokens (``None`` without a content-aware bias).
+    """
+    if implementation == "blockwise" and not pe.supports_blockwise:
+      raise ValueError(f"pe={pe.name!r} does not support blockwise attention (it needs whole "
+                       "rows of logits); use attention='dense'")
+    if bias is None and pe.has_bias:  # A per-layer PE computes its own bias.
+      bias = pe.bias(q_positions, k_positions) if implementation == "dense" else pe.bias
+    q_features = k_features = new_features = None
+    if pe.has_content_bias:
+      q_features, new_features = pe.features(x, q, q_positions, cache=cache)
+      k_features = new_features
+      if cache is not None and new_features is not None:
+        cached, length = cache
+        k_features = jax.tree.map(
+            lambda c, n: jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), length, 1),
+            cached, new_features)
+        new_features = k_features
+      position_bias = bias
+
+      def bias(qp, kp, qf, kf):  # pylint: disable=function-redefined
+        total = pe.content_bias(qp, kp, qf, kf)
+        if position_bias is None:
+          return total
+        extra = position_bias(qp, kp) if callable(position_bias) else position_bias
+        return total + extra
+    logits_fn = None
+    if pe.has_logits:
+      logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions)
+    out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
+                    implementation=implementation, block_size=self.block_size,
+                    window=self.window, q_features=q_features, k_features=k_features,
+                    logits_fn=logits_fn, **kwargs)
+    return out, new_features
+
   def __call__(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
                segment_ids: Optional[jax.Array], bias: Bias, implementation: str) -> jax.Array:
     """Causal self-attention over a whole sequence.
 
     Args:
       x: ``[B, L, E]`` normalized inputs.
-      pe: the decoder's positional encoding (its ``rotate`` hook is applied here).
+      pe: this layer's positional encoding (its ``rotate``, bias and logit hooks act here).
       positions: int32 ``[B | 1, L]``.
       segment_ids: optional int ``[B, L]`` (packed sequences).
-      bias: the PE bias (array for dense, function of positions for blockwise) or ``None``.
+      bias: the PE bias shared by the layers (array for dense, function of positions for
+        blockwise) or ``None`` (no bias, or a per-layer PE that computes its own here).
       implementation: ``"dense"`` or ``"blockwise"``.
 
     Returns:
       ``[B, L, E]``.
     """
     q, k, v = self._project(x)
-    q, k = pe.rotate(q, k, positions, positions)
-    out = attention(q, k, v, q_positions=positions, k_positions=positions, bias=bias,
-                    implementation=implementation, q_segment_ids=segment_ids,
-                    k_segment_ids=segment_ids, block_size=self.block_size)
+    if pe.has_rotate:
+      q, k = pe.rotate(q, k, positions, positions)
+    q = self._scale_queries(q, positions)
+    out, _ = self._attend(q, k, v, pe=pe, x=x, q_positions=positions, k_positions=positions,
+                          bias=bias, implementation=implementation,
+                          q_segment_ids=segment_ids, k_segment_ids=segment_ids)
     return self._merge_heads(out)
 
   def extend(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
              cache_positions: jax.Array, keys: jax.Array, values: jax.Array, length: jax.Array,
-             bias: Bias, implementation: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+             bias: Bias, implementation: str, features=None):
     """Appends ``L`` tokens to this layer's cache and attends over everything cached so far.
 
     Args:
       x: ``[B, L, E]`` normalized inputs of the new tokens.
-      pe: the decoder's positional encoding.
+      pe: this layer's positional encoding.
       positions: int32 ``[B, L]`` positions of the new tokens.
       cache_positions: int32 ``[B, T]`` positions of all cache slots, new tokens included.
       keys: ``[B, T, K, D]`` cached keys (rotated iff ``cache_rotated_keys``).
       values: ``[B, T, K, D]`` cached values.
       length: int32 scalar, filled slots before the new tokens.
-      bias: the PE bias over ``(positions, cache_positions)`` or ``None``.
+      bias: the shared PE bias over ``(positions, cache_positions)`` or ``None``.
       implementation: ``"dense"`` or ``"blockwise"``.
+      features: this layer's cached key features ``[B, T, ...]`` (content-aware PEs) or
+        ``None``.
 
     Returns:
-      ``(out [B, L, E], keys, values)`` with the new tokens written at slots
+      ``(out [B, L, E], keys, values, features)`` with the new tokens written at slots
       ``length .. length + L - 1``.
     """
     q, k, v = self._project(x)
-    if self.cache_rotated_keys:
+    if self.cache_rotated_keys and pe.has_rotate:
       q, k = pe.rotate(q, k, positions, positions)
     keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), (0, length, 0, 0))
     values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), (0, length, 0, 0))
     visible_keys = keys
-    if not self.cache_rotated_keys:  # Rotate every cached key for the current length.
+    if not self.cache_rotated_keys and pe.has_rotate:  # Rotate every cached key for now.
       q, visible_keys = pe.rotate(q, keys, positions, cache_positions)
-    out = attention(q, visible_keys, values, q_positions=positions, k_positions=cache_positions,
-                    bias=bias, implementation=implementation, q_offset=length,
-                    kv_length=length + x.shape[1], block_size=self.block_size)
-    return self._merge_heads(out), keys, values
+    q = self._scale_queries(q, positions)
+    out, features = self._attend(
+        q, visible_keys, values, pe=pe, x=x, q_positions=positions, k_positions=cache_positions,
+        bias=bias, implementation=implementation,
+        cache=None if features is None else (features, length), q_offset=length,
+        kv_length=length + x.shape[1])
+    return self._merge_heads(out), keys, values, features

@@ -123,9 +123,9 @@ class CheckpointMismatchError(ValueError):
 # Experiment-config field -> attribute of a model's own ``config`` (a ``DecoderConfig``): what
 # must agree when a checkpoint is restored without an experiment config.
 _MODEL_CONFIG_FIELDS = (
-    ("pe.name", "pe"), ("model.vocab_size", "vocab_size"), ("model.num_layers", "num_layers"),
-    ("model.d_model", "d_model"), ("model.num_heads", "num_heads"),
-    ("pe.rope_layout", "rope_layout"), ("pe.rope_fraction", "rope_fraction"))
+    ("pe.name", "pe_name"), ("model.vocab_size", "vocab_size"),
+    ("model.num_layers", "num_layers"), ("model.d_model", "d_model"),
+    ("model.num_heads", "num_heads"), ("pe.layout", "pe.layout"), ("pe.fraction", "pe.fraction"))
 
 
 def model_config_differences(saved: Mapping[str, Any], model: Any) -> list[str]:
@@ -139,16 +139,16 @@ def model_config_differences(saved: Mapping[str, Any], model: Any) -> list[str]:
     return []
   lines = []
   for path, attribute in _MODEL_CONFIG_FIELDS:
-    if not hasattr(model_config, attribute):
+    current: Any = model_config
+    for name in attribute.split("."):
+      current = getattr(current, name, None)
+    if current is None:
       continue
     node: Any = saved
     for key in path.split("."):
       node = node.get(key) if isinstance(node, Mapping) else None
     if node is None:
       continue
-    current = getattr(model_config, attribute)
-    if attribute == "pe" and not isinstance(current, str):
-      current = getattr(current, "name", current)
     if node != current:
       lines.append(f"{path}: checkpoint has {node!r}, current model has {current!r}")
   return lines

@@ -48,7 +48,7 @@ from pejax.train import loop
 from pejax.train import metrics as metrics_lib
 from pejax.train import optimizer as optimizer_lib
 
-ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+ROPE_SCALINGS = ("none",) + scalings.scaling_names()
 EVAL_MODES = ("nonoverlap", "sliding", "both")  # "both" runs the two ALiBi-paper protocols.
 # Config sections whose values change what a checkpoint means (hashed into the default workdir).
 _IDENTITY_SECTIONS = ("model", "pe", "data", "optim", "seed")
@@ -91,64 +91,120 @@ class ExperimentResult:
     return self.train.stop_reason if self.train is not None else None
 
 
-def rope_scaling_from_name(name: str, *, factor: float, original_max_position: int,
-                           rotary_dim: int) -> Optional[scalings.Scaling]:
-  """The scaling dataclass a flag value names (``none`` gives ``None``).
+def pe_config_from(config: ml_collections.ConfigDict) -> Any:
+  """The PE config(s) that the ``pe`` section describes (a tuple for a per-layer pattern).
 
-  ``longrope`` from flags has no searched factors: it uses ``long_factor[i] = factor ** (i /
-  (n - 1))`` (1 for the highest frequency, ``factor`` for the lowest, geometric between), a
-  documented heuristic, and ``short_factor = 1``. Llama 3 uses its published band factors 1 and 4.
+  Fields left unset (``None``) take the PE's defaults; an experiment's learned table covers
+  ``data.train_len`` and a RoPE scaling's original length defaults to it.
+
+  Args:
+    config: the experiment config.
+
+  Returns:
+    A :class:`~pejax.nn.PEConfig`, or a tuple of them when ``pe.name`` lists several PEs.
+
+  Raises:
+    ConfigError: for an unknown PE, a field no chosen PE has (naming the PEs that have it), or
+      an invalid value (naming the field).
   """
-  if name not in ROPE_SCALINGS:
-    raise ConfigError(f"rope_scaling must be one of {list(ROPE_SCALINGS)}, got {name!r}")
-  if name == "none":
-    return None
-  if not factor or factor <= 0:
-    raise ConfigError(f"rope_factor must be > 0 for rope_scaling={name!r}, got {factor}")
-  if name == "linear":
-    return scalings.LinearScaling(factor)
-  if name == "ntk":
-    return scalings.NTKScaling(factor)
-  if name == "dynamic":
-    return scalings.DynamicNTKScaling(factor, original_max_position)
-  if name == "yarn":
-    return scalings.YaRNScaling(factor, original_max_position)
-  if name == "llama3":
-    return scalings.Llama3Scaling(factor, 1.0, 4.0, original_max_position)
-  n = rotary_dim // 2
-  long = tuple(float(factor ** (i / max(n - 1, 1))) for i in range(n))
-  return scalings.LongRoPEScaling((1.0,) * n, long, original_max_position, factor=factor)
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  section = config.pe
+  names = [n.strip() for n in str(section.name).split(",") if n.strip()]
+  if not names:
+    raise ConfigError(f"pe.name must name a PE, one of {list(registry.pe_names())}")
+  chosen = {k: section[k] for k in section.keys()
+            if k not in experiment_config.PE_SECTION_KEYS and section[k] is not None}
+  m = config.model
+  context = {"train_len": int(config.data.train_len),
+             "head_dim": m.d_model // m.num_heads if m.num_heads else 0}
+  configs, used = [], set()
+  try:
+    for name in names:
+      entry = registry.registry_entry(name)
+      own = set(entry.pe_class.config_class.field_types())
+      used |= own
+      configs.append(entry.make_config(context, **{k: v for k, v in chosen.items() if k in own}))
+  except ValueError as e:
+    raise ConfigError(f"pe: {e}") from None
+  unused = sorted(set(chosen) - used)
+  if unused:
+    field = unused[0]
+    owners = sorted(experiment_config.pe_fields_by_name().get(field, (None, {}))[1])
+    raise ConfigError(f"pe.{field}={chosen[field]!r} has no effect with pe.name={section.name!r}"
+                      f" (PEs with this field: {', '.join(owners) or 'none registered'}); drop "
+                      "it or choose such a PE")
+  return configs[0] if len(configs) == 1 else tuple(configs)
+
+
+def with_rope_scaling(pe: Any, name: str, *, factor: float, original_max_position: int,
+                      head_dim: int) -> Any:
+  """``pe`` (a rotary PE config, or a per-layer tuple) with the scaling ``name`` instead.
+
+  Args:
+    pe: a PE config with a ``scaling`` field, or a tuple of PE configs (those with a
+      ``scaling`` field are changed).
+    name: a scaling name (:func:`pejax.encodings.rope_scaling.scaling_names`).
+    factor: its factor.
+    original_max_position: its original length (for the scalings that have one).
+    head_dim: the head dim (LongRoPE's heuristic factor lists).
+
+  Returns:
+    The config(s) with the scaling replaced.
+
+  Raises:
+    ConfigError: for an unknown scaling, a bad factor, or a PE without a scaling field.
+  """
+  if isinstance(pe, tuple):
+    return tuple(with_rope_scaling(p, name, factor=factor,
+                                   original_max_position=original_max_position,
+                                   head_dim=head_dim) if hasattr(p, "scaling") else p for p in pe)
+  if not hasattr(pe, "scaling"):
+    raise ConfigError(f"a RoPE scaling needs a rotary PE, got {type(pe).__name__}")
+  try:
+    cls = scalings.scaling_class(name)
+    rotary_dim = int(head_dim * getattr(pe, "fraction", 1.0))
+    scaling = cls.from_fields({"factor": float(factor)}, rotary_dim=rotary_dim,
+                              train_len=original_max_position)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  return dataclasses.replace(pe, scaling=scaling)
 
 
 def decoder_config_from(config: ml_collections.ConfigDict, *,
-                        rope_scaling: Optional[scalings.Scaling] = None,
-                        use_config_scaling: bool = True) -> DecoderConfig:
+                        pe: Any = None) -> DecoderConfig:
   """The :class:`DecoderConfig` an experiment config describes.
 
   Args:
     config: the experiment config.
-    rope_scaling: scaling to use instead of ``config.pe.rope_scaling`` when
-      ``use_config_scaling`` is false (zero-shot context extension at evaluation).
-    use_config_scaling: read the scaling from the config.
+    pe: PE config(s) to use instead of the ``pe`` section's (zero-shot context extension at
+      evaluation builds the same model with another RoPE scaling).
+
+  Returns:
+    The decoder config.
+
+  Raises:
+    ConfigError: naming the field of an invalid setting.
   """
-  m, pe = config.model, config.pe
-  train_len = int(config.data.train_len)
-  head_dim = m.d_model // m.num_heads if m.num_heads else 0
-  rotary_dim = int(head_dim * pe.rope_fraction)
-  if use_config_scaling:
-    rope_scaling = rope_scaling_from_name(
-        pe.rope_scaling, factor=pe.rope_factor,
-        original_max_position=pe.rope_original_max_position or train_len, rotary_dim=rotary_dim)
+  m = config.model
+  pe = pe_config_from(config) if pe is None else pe
+  windows = [w.strip() for w in str(m.get("sliding_window", "") or "").split(",") if w.strip()]
+  try:
+    window = tuple(int(w) or None for w in windows)
+  except ValueError:
+    raise ConfigError(f"model.sliding_window must be comma-separated integers, got "
+                      f"{m.sliding_window!r}") from None
+  query_scaling = str(m.get("query_scaling", "none") or "none")
   try:
     return DecoderConfig(
         vocab_size=m.vocab_size, num_layers=m.num_layers, d_model=m.d_model,
         num_heads=m.num_heads, num_kv_heads=m.num_kv_heads or None, mlp=m.mlp,
         mlp_ratio=m.mlp_ratio, tie_embeddings=m.tie_embeddings, dtype=m.dtype,
         attention=m.attention, block_size=m.block_size,
-        blockwise_threshold=config.eval.blockwise_threshold, pe=pe.name,
-        rope_base=pe.rope_base, rope_layout=pe.rope_layout, rope_fraction=pe.rope_fraction,
-        rope_scaling=rope_scaling, max_position=pe.max_position or train_len,
-        t5_num_buckets=pe.t5_num_buckets, t5_max_distance=pe.t5_max_distance)
+        blockwise_threshold=config.eval.blockwise_threshold, pe=pe,
+        sliding_window=(window[0] if len(window) == 1 else window) if window else None,
+        query_scaling=query_scaling,
+        query_scaling_length=int(config.data.train_len) if query_scaling != "none" else 0)
   except ValueError as e:
     raise ConfigError(str(e)) from None
 
@@ -185,7 +241,8 @@ def training_settings(config: Any) -> Dict[str, Any]:
     value = as_dict.get(section)
     if isinstance(value, dict):
       for key, item in _flatten(value, section):
-        flat[key] = item
+        if not (section == "pe" and item is None):  # Unset PE fields: the PE's defaults.
+          flat[key] = item
     else:
       flat[section] = value
   train = as_dict.get("train", {})
@@ -227,10 +284,10 @@ def run_name(config: ml_collections.ConfigDict) -> str:
   digest = hashlib.sha1(json.dumps(training_settings(config), sort_keys=True,
                                    default=str).encode()).hexdigest()[:6]
   data_name = pathlib.Path(str(config.data.name)).name or "data"
-  scaling = str(config.pe.rope_scaling or "none")
-  parts = [str(config.pe.name)]
+  scaling = str(config.pe.get("scaling") or "none")
+  parts = [str(config.pe.name).replace(",", "+")]
   if scaling != "none":
-    parts.append(f"{scaling}x{float(config.pe.rope_factor):g}")
+    parts.append(f"{scaling}x{float(config.pe.get('factor') or 1.0):g}")
   parts += [f"L{int(config.data.train_len)}", data_name, digest]
   return "-".join(parts)
 
@@ -367,14 +424,16 @@ def _machine() -> str:
 # Settings that would be silently ignored, and values no run can use.
 
 
-def _is_rotary(pe_name: str) -> bool:
-  from pejax.nn.positional.registry import get_pe_class  # pylint: disable=g-import-not-at-top
-  from pejax.nn.positional.rope import RotaryPE  # pylint: disable=g-import-not-at-top
-  try:
-    pe_class = get_pe_class(pe_name)
-  except (KeyError, ValueError):
-    return False
-  return bool(getattr(pe_class, "uses_rope_scaling", issubclass(pe_class, RotaryPE)))
+def _has_scaling(config: ml_collections.ConfigDict) -> bool:
+  """Whether a PE of the ``pe`` section has a RoPE ``scaling`` field."""
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  for name in str(config.pe.name).split(","):
+    try:
+      if "scaling" in registry.get_pe_class(name.strip()).config_class.field_types():
+        return True
+    except ValueError:
+      pass
+  return False
 
 
 def _walk_values(tree: Dict[str, Any], prefix: str = ""):
@@ -408,7 +467,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
               "eval.blockwise_threshold": 1, "optim.warmup_steps": 0, "model.num_layers": 1,
               "model.d_model": 1, "model.num_heads": 1, "model.num_kv_heads": 0,
               "optim.learning_rate": 0.0, "optim.weight_decay": 0.0, "optim.clip_norm": 0.0,
-              "optim.min_lr_ratio": 0.0, "pe.rope_base": 1e-30, "pe.rope_fraction": 1e-30}
+              "optim.min_lr_ratio": 0.0}
   for path, minimum in minimums.items():
     section, field = path.split(".")
     value = config[section][field]
@@ -417,35 +476,12 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"{path} must be a number {bound}, got {value!r}")
   pe, data, ev = config.pe, config.data, config.eval
   name = str(pe.name)
-  rotary = _is_rotary(name)
-  scaling = str(pe.rope_scaling or "none")
-  if not rotary:
-    for field in ("rope_scaling", "rope_factor", "rope_original_max_position", "rope_base",
-                  "rope_layout", "rope_fraction"):
-      if pe[field] != defaults.pe[field]:
-        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.name={name!r} (only "
-                          "rotary PEs use it); drop it or use pe.name='rope'")
-  elif scaling == "none":
-    for field in ("rope_factor", "rope_original_max_position"):
-      if pe[field] != defaults.pe[field]:
-        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.rope_scaling='none';"
-                          " set pe.rope_scaling (e.g. yarn) or drop it")
-  elif scaling in ("linear", "ntk") and pe.rope_original_max_position:
-    raise ConfigError(f"pe.rope_original_max_position={pe.rope_original_max_position} has no "
-                      f"effect with pe.rope_scaling={scaling!r} (only dynamic, yarn, llama3 and "
-                      "longrope use an original length)")
-  if name != "t5":
-    for field in ("t5_num_buckets", "t5_max_distance"):
-      if pe[field] != defaults.pe[field]:
-        raise ConfigError(f"pe.{field}={pe[field]!r} has no effect with pe.name={name!r} (only "
-                          "t5 uses it)")
-  if name != "learned" and pe.max_position:
-    raise ConfigError(f"pe.max_position={pe.max_position} has no effect with pe.name={name!r} "
-                      "(only the learned table uses it)")
+  decoder_config_from(config)  # Unknown PE, fields no chosen PE has, bad values: ConfigError.
+  rotary = _has_scaling(config)
   eval_scaling = str(ev.rope_scaling or "")
   if eval_scaling and eval_scaling != "none" and not rotary:
     raise ConfigError(f"eval.rope_scaling={eval_scaling!r} has no effect with pe.name={name!r}: "
-                      "zero-shot context extension needs pe=rope (it needs pe.name='rope')")
+                      "zero-shot context extension needs a rotary PE (e.g. pe.name='rope')")
   if ev.rope_factor and (not eval_scaling or eval_scaling == "none"):
     raise ConfigError(f"eval.rope_factor={ev.rope_factor!r} has no effect without "
                       "eval.rope_scaling; set eval.rope_scaling (e.g. yarn) or drop it")
@@ -780,7 +816,8 @@ def _evaluate_and_write(model, config, *, model_config, corpus, is_task, workdir
           "evaluation": name or ("results" if out_dir == workdir else out_dir.name), "final": final,
           "eval_config": _eval_settings(config)}
   blockwise_threshold = int(config.eval.blockwise_threshold)
-  max_length = model_config.max_position if model_config.pe == "learned" else None
+  limits = [pe.max_length for pe in model.pes if pe.max_length is not None]
+  max_length = min(limits) if limits else None
   if coordinator:
     out_dir.mkdir(parents=True, exist_ok=True)
   summary: Dict[str, Any] = {}
@@ -802,16 +839,17 @@ def _evaluate_and_write(model, config, *, model_config, corpus, is_task, workdir
         m, corpus.valid, lengths=lengths, modes=modes, max_tokens=int(config.eval.num_tokens),
         blockwise_threshold=blockwise_threshold, stride=stride, max_length=max_length,
         unsupported_reason=f"table size {max_length}", progress=log)
-    label = config.pe.name + (f" + {config.pe.rope_scaling} x{float(config.pe.rope_factor):g}"
-                              if config.pe.rope_scaling not in ("none", "") else "")
+    trained_scaling = str(config.pe.get("scaling") or "none")
+    label = config.pe.name + (f" + {trained_scaling} x{float(config.pe.get('factor') or 1):g}"
+                              if trained_scaling != "none" else "")
     tables[label] = evaluate(model)
     if config.eval.rope_scaling and config.eval.rope_scaling != "none":
       factor = config.eval.rope_factor or max(lengths) / train_len
-      scaling = rope_scaling_from_name(
-          config.eval.rope_scaling, factor=factor,
-          original_max_position=config.pe.rope_original_max_position or train_len,
-          rotary_dim=int(model_config.head_dim * model_config.rope_fraction))
-      scaled = Decoder(dataclasses.replace(model_config, rope_scaling=scaling),
+      scaled_pe = with_rope_scaling(
+          model_config.pe, str(config.eval.rope_scaling), factor=factor,
+          original_max_position=int(config.pe.get("original_max_position") or train_len),
+          head_dim=model_config.head_dim)
+      scaled = Decoder(dataclasses.replace(model_config, pe=scaled_pe),
                        rngs=nnx.Rngs(params=0))
       nnx.update(scaled, nnx.state(model))
       scaled_label = f"{label} + zero-shot {config.eval.rope_scaling} x{factor:g}"

@@ -7,24 +7,34 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
 
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
-from pejax.nn.positional.interface import PositionalEncoding
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
 
+@dataclasses.dataclass(frozen=True)
+class AlibiConfig(PEConfig):
+  """ALiBi has no hyper-parameters: the slopes are the geometric sequence of Press et al."""
+
+
+@register_pe("alibi")
 class AlibiPE(PositionalEncoding):
   """``-slope_h * (q - k)`` on the logits of head h (slopes of Press et al.)."""
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
-    del rngs
-    self.num_heads = config.num_heads
+  config_class = AlibiConfig
+  translation_invariant = True
+
+  def __init__(self, config: AlibiConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+    super().__init__(config, model, rngs=rngs)
+    self.num_heads = model.num_heads
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
     """Causal ALiBi bias ``-slope_h * (q - k)``; future keys are left to the causal mask.

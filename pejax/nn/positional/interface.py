@@ -1,34 +1,57 @@
-"""The interface between the decoder and a positional encoding: three optional hooks.
+"""The interface between the decoder and a positional encoding: a config, capabilities, hooks.
 
 Axes: B batch, L length, Lq / Lk query / key length, H query heads, K key/value heads, D head dim,
-E model width.
+E model width, T KV-cache capacity.
 
-Every PE acts in one or more of three places, and the decoder knows only these:
+A PE is **one self-describing file** in :mod:`pejax.nn.positional`: a frozen :class:`PEConfig`
+dataclass (its hyper-parameters, validated on construction), a :class:`PositionalEncoding`
+subclass (the NNX hooks, with the pure math imported from :mod:`pejax.encodings`), and a
+``@register_pe("name")`` line. The registry imports every module of the package, so adding a PE
+edits no other file: ``DecoderConfig(pe="name")``, ``launch.py --pe=name`` and
+``--config.pe.<field>=...``, the studies and the generic test suite find it.
 
-==========================================  ====================================  ===============
-hook                                        where                                 used by
-==========================================  ====================================  ===============
-``embed(x, positions)``                     added to the token embeddings         sinusoidal,
-                                            before block 1                        learned
-``rotate(q, k, q_positions, k_positions)``  queries / keys in every attention     RoPE (+scalings)
-                                            layer
-``bias(q_positions, k_positions)``          added to the attention logits, per    ALiBi, T5
-                                            head
-==========================================  ====================================  ===============
+Hooks (the base class's defaults are "no effect"; the decoder calls only overridden ones):
 
-``bias`` is a function of positions, never a precomputed ``[H, N, N]`` array: dense attention
-evaluates it once per forward pass (shared by all layers) and blockwise attention once per tile.
-Positions are explicit int32 arrays, so KV-cache offsets, packed sequences and randomized
-positions work with every PE. NoPE implements no hook.
+===================================================  ==========================  ===============
+hook                                                 where                       used by
+===================================================  ==========================  ===============
+``embed(x, positions)``                              token embeddings, once      sinusoidal,
+                                                                                 learned
+``rotate(q, k, q_positions, k_positions)``           queries / keys, each layer  RoPE family,
+                                                                                 xPos, PoPE
+``bias(q_positions, k_positions)``                   logits, per head            ALiBi, T5,
+                                                                                 KERPLE, FIRE
+``features(x, q, positions, cache=)`` +              logits, from the layer's    FoX, Shaw
+``content_bias(q_pos, k_pos, q_feat, k_feat)``       inputs (content-aware)
+``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE (dense)
+===================================================  ==========================  ===============
 
-A new PE is one file defining a subclass (constructor ``(config: DecoderConfig, *, rngs)``,
-optionally ``check_config``) plus one line in :mod:`pejax.nn.positional.registry` (or a call to
-``register_pe``); no attention or decoder code changes.
+``bias`` is a function of positions, never a stored ``[H, N, N]`` array: dense attention
+evaluates it once per forward pass per PE instance (shared by the layers that use the instance)
+and blockwise attention once per tile. Per-layer PEs (``per_layer = True``: KERPLE, FIRE) get one
+instance, with its own parameters, per layer. Positions are explicit int32 arrays, so KV-cache
+offsets, packed sequences and randomized positions work with every PE. Keys enter the KV cache
+before ``rotate`` and are re-rotated with their cached positions at every step.
+
+Capabilities are class attributes (an instance may refine them from its config, e.g. RoPE with
+a dynamic scaling is ``length_dependent``); tests and studies select PEs by them:
+
+* ``absolute``: the logits change when every position shifts by the same amount.
+* ``translation_invariant``: the logits depend on positions only through ``q - k``.
+* ``length_dependent``: the encoding depends on the current length (dynamic NTK, LongRoPE).
+* ``supports_blockwise``: blockwise attention can serve it (else a ``ValueError`` names the PE).
+* ``per_layer``: one instance per layer.
+* ``content_aware``: a hook reads the layer's inputs, queries or keys.
+* ``changes_key_dim``: ``rotate`` returns queries/keys with another last dim (PoPE: 2D).
+* ``causal_only``: only defined for causal attention (xPos).
+* ``max_length``: largest position + 1 it can encode (a learned table's size), ``None`` if
+  unbounded.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
 
 from flax import nnx
 import jax
@@ -39,24 +62,114 @@ if TYPE_CHECKING:
 Array = jax.Array
 
 
+@dataclasses.dataclass(frozen=True)
+class PEConfig:
+  """Base class of every PE's hyper-parameters: a frozen, hashable dataclass.
+
+  Subclasses declare fields with their paper's defaults and validate them in ``__post_init__``
+  (``ValueError`` naming the field and the value). ``check_model`` cross-checks the fields
+  against the decoder's dimensions (e.g. an even head dim for a rotation).
+  """
+
+  def check_model(self, model: "DecoderConfig") -> None:
+    """Raises ``ValueError`` naming the field if this PE cannot serve ``model``.
+
+    Args:
+      model: the decoder config (dimensions ``head_dim``, ``num_heads``, ``d_model``, ...).
+    """
+    del model
+
+  def fields(self) -> dict[str, Any]:
+    """The config's fields as a flat ``name -> value`` dict (``--config.pe.<name>`` values).
+
+    Returns:
+      A dict of every dataclass field and its value.
+    """
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+  @classmethod
+  def from_fields(cls, values: dict[str, Any], *,
+                  context: Optional[dict[str, Any]] = None) -> "PEConfig":
+    """Builds the config from flat ``name -> value`` fields (the inverse of :meth:`fields`).
+
+    Args:
+      values: field values; missing ones take their defaults.
+      context: what an experiment knows that may fill a field left at 0 (``train_len``,
+        ``head_dim``); subclasses that use it document it.
+
+    Returns:
+      A validated config.
+
+    Raises:
+      ValueError: naming an unknown field, or from validation.
+    """
+    del context
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+      raise ValueError(f"{cls.__name__} has no field {unknown[0]!r}; fields: {sorted(known)}")
+    return cls(**values)
+
+  @classmethod
+  def field_types(cls) -> dict[str, type]:
+    """``name -> Python type`` of each flat field (for command-line parsing).
+
+    Returns:
+      ``{field name: int | float | bool | str}`` (tuples and other types map to ``str``).
+    """
+    return {f.name: annotation_type(f.type) for f in dataclasses.fields(cls)}
+
+
+def annotation_type(annotation: Any) -> type:
+  """The command-line type of a dataclass field annotation (``"Optional[float]"`` -> float).
+
+  Args:
+    annotation: a type or its string form (``from __future__ import annotations``).
+
+  Returns:
+    ``bool``, ``int``, ``float`` or ``str`` (sequences and anything else).
+  """
+  text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__",
+                                                               str(annotation))
+  if "Tuple" in text or "tuple" in text or "Sequence" in text:
+    return str
+  for candidate in (bool, int, float):
+    if candidate.__name__ in text:
+      return candidate
+  return str
+
+
 class PositionalEncoding(nnx.Module):
   """Base class of the decoder's positional encodings; every hook defaults to "no effect".
 
-  Subclasses override the hooks they need. ``has_rotate`` / ``has_bias`` tell the decoder which
-  ones exist (so NoPE pays nothing). ``max_length`` is the largest position + 1 the PE can
-  encode (a learned table's size), ``None`` when unbounded.
+  Subclasses set ``config_class``, override the hooks they need and declare their capabilities
+  (see the module docstring). The constructor is ``(config, model, *, rngs)``: the PE's own
+  :class:`PEConfig` and the decoder config for the dimensions.
   """
 
+  config_class: ClassVar[type] = PEConfig
+  absolute: ClassVar[bool] = False
+  translation_invariant: ClassVar[bool] = False
+  length_dependent: ClassVar[bool] = False
+  supports_blockwise: ClassVar[bool] = True
+  per_layer: ClassVar[bool] = False
+  content_aware: ClassVar[bool] = False
+  changes_key_dim: ClassVar[bool] = False
+  causal_only: ClassVar[bool] = False
   max_length: Optional[int] = None
 
-  @classmethod
-  def check_config(cls, config: "DecoderConfig") -> None:
-    """Raises ``ValueError`` naming the field if ``config`` cannot be used with this PE.
+  def __init__(self, config: PEConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+    """Stores the config; subclasses build their parameters here.
 
     Args:
-      config: the decoder config (checked before any parameter is built).
+      config: this PE's config (an instance of ``config_class``).
+      model: the decoder config (dimensions).
+      rngs: PRNG streams for parameters.
     """
-    del config
+    del model, rngs
+    self.config = config
+
+  # The hooks. --------------------------------------------------------------------------------
 
   def embed(self, x: Array, positions: Array) -> Array:
     """Adds the absolute encoding of ``positions`` to token embeddings.
@@ -82,13 +195,14 @@ class PositionalEncoding(nnx.Module):
       k_positions: int ``[B | 1, Lk]``.
 
     Returns:
-      ``(q, k)`` with unchanged shapes and dtypes.
+      ``(q, k)``: ``[B, Lq, H, D']`` and ``[B, Lk, K, D']`` in the input dtypes (``D' = D``
+      unless ``changes_key_dim``).
     """
     del q_positions, k_positions
     return q, k
 
   def bias(self, q_positions: Array, k_positions: Array) -> Array:
-    """Additive attention-logit bias; only called when ``has_bias``.
+    """Additive attention-logit bias from positions; only called when ``has_bias``.
 
     Args:
       q_positions: int ``[B | 1, Lq]``.
@@ -99,6 +213,69 @@ class PositionalEncoding(nnx.Module):
     """
     raise NotImplementedError(f"{type(self).__name__} has no attention bias")
 
+  def features(self, x: Array, q: Array, positions: Array, *,
+               cache: Optional[tuple[Array, Array]] = None) -> tuple[Any, Any]:
+    """Per-token features of a content-aware bias, from the layer's inputs.
+
+    Args:
+      x: ``[B, L, E]`` the layer's normalized inputs.
+      q: ``[B, L, H, D']`` its queries after ``rotate``.
+      positions: int ``[B | 1, L]``.
+      cache: ``None`` in a full forward pass; in KV-cache decoding ``(key_features, length)``:
+        this layer's cached key features ``[B, T, *key_feature_shape]`` (slots ``< length``
+        filled) and the int32 scalar fill length, so that running quantities continue.
+
+    Returns:
+      ``(q_features, k_features)``: pytrees of ``[B, L, ...]`` arrays (token axis 1) or ``None``.
+    """
+    raise NotImplementedError(f"{type(self).__name__} has no content-aware bias")
+
+  def key_feature_shape(self) -> Optional[tuple[int, ...]]:
+    """Per-token shape of the key features the KV cache keeps per layer (``None``: nothing).
+
+    Returns:
+      A shape tuple (e.g. ``(H,)``) or ``None``.
+    """
+    return None
+
+  def content_bias(self, q_positions: Array, k_positions: Array, q_features: Any,
+                   k_features: Any) -> Array:
+    """Additive logit bias from per-token features (content-aware), on one tile or everything.
+
+    Args:
+      q_positions: int ``[B | 1, lq]``.
+      k_positions: int ``[B | 1, lk]``.
+      q_features: the query features of these rows (token axis 1 of length ``lq``).
+      k_features: the key features of these keys (token axis 1 of length ``lk``).
+
+    Returns:
+      float32 ``[B | 1, H, lq, lk]``.
+    """
+    raise NotImplementedError(f"{type(self).__name__} has no content-aware bias")
+
+  def logits(self, logits: Array, q: Array, k: Array, q_positions: Array,
+             k_positions: Array) -> Array:
+    """Additive term computed from the full rows of scaled, masked logits (dense only).
+
+    Args:
+      logits: float32 ``[B, H, Lq, Lk]`` scaled logits (+ biases); masked pairs are ``-1e30``.
+      q: ``[B, Lq, H, D']`` queries after ``rotate``.
+      k: ``[B, Lk, K, D']`` keys after ``rotate``.
+      q_positions: int ``[B | 1, Lq]``.
+      k_positions: int ``[B | 1, Lk]``.
+
+    Returns:
+      float32 ``[B, H, Lq, Lk]`` added to the logits before the softmax.
+    """
+    raise NotImplementedError(f"{type(self).__name__} has no logit transform")
+
+  # What the decoder asks. --------------------------------------------------------------------
+
+  @property
+  def has_embed(self) -> bool:
+    """Whether this PE overrides ``embed``."""
+    return type(self).embed is not PositionalEncoding.embed
+
   @property
   def has_rotate(self) -> bool:
     """Whether this PE overrides ``rotate``."""
@@ -108,3 +285,124 @@ class PositionalEncoding(nnx.Module):
   def has_bias(self) -> bool:
     """Whether this PE overrides ``bias``."""
     return type(self).bias is not PositionalEncoding.bias
+
+  @property
+  def has_content_bias(self) -> bool:
+    """Whether this PE overrides ``features`` / ``content_bias``."""
+    return type(self).content_bias is not PositionalEncoding.content_bias
+
+  @property
+  def has_logits(self) -> bool:
+    """Whether this PE overrides ``logits``."""
+    return type(self).logits is not PositionalEncoding.logits
+
+  @property
+  def name(self) -> str:
+    """The registry name of this PE's config."""
+    return pe_name_of(self.config)
+
+
+# The registry. ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistryEntry:
+  """One registered name: the PE class and the config fields the name presets.
+
+  Attributes:
+    name: the registry name (``DecoderConfig(pe=name)``, ``--pe=name``).
+    pe_class: the :class:`PositionalEncoding` subclass.
+    defaults: config fields preset by this name (``kerple_log`` presets ``kind="log"``).
+  """
+
+  name: str
+  pe_class: type
+  defaults: tuple[tuple[str, Any], ...] = ()
+
+  def make_config(self, context: Optional[dict[str, Any]] = None, **fields: Any) -> PEConfig:
+    """This name's config: the class defaults, the name's presets, then ``fields``.
+
+    Args:
+      context: see :meth:`PEConfig.from_fields`.
+      **fields: field values overriding the presets.
+
+    Returns:
+      A validated config.
+    """
+    return self.pe_class.config_class.from_fields({**dict(self.defaults), **fields},
+                                                  context=context)
+
+
+_REGISTRY: dict[str, RegistryEntry] = {}
+
+
+def register_pe(name: str, pe_class: Optional[type] = None, *,
+                defaults: Optional[dict[str, Any]] = None,
+                overwrite: bool = False) -> Union[type, Callable[[type], type]]:
+  """Registers a PE class under ``name``: a class decorator, or a call with the class.
+
+  ``@register_pe("alibi")`` above the class in its own file; ``register_pe("mine", MinePE)``
+  from user code (before ``DecoderConfig(pe="mine")`` or ``launch.py --pe=mine``).
+
+  Args:
+    name: registry name (a non-empty identifier-like string).
+    pe_class: the :class:`PositionalEncoding` subclass (omit to use as a decorator).
+    defaults: config fields this name presets (several names may share one class).
+    overwrite: replace an existing entry instead of raising.
+
+  Returns:
+    ``pe_class`` when given, else a decorator that registers and returns its class.
+
+  Raises:
+    ValueError: for an empty or taken name, a class that is not a ``PositionalEncoding``
+      subclass with a ``PEConfig`` ``config_class``, or presets that are not config fields.
+  """
+  if not isinstance(name, str) or not name or "," in name or "=" in name or " " in name:
+    raise ValueError(f"name must be a non-empty string without ',', '=' or spaces, got {name!r}")
+
+  def register(cls: type) -> type:
+    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
+      raise ValueError(f"pe_class must be a PositionalEncoding subclass, got {cls!r}")
+    config_class = cls.config_class
+    if not (isinstance(config_class, type) and issubclass(config_class, PEConfig)
+            and dataclasses.is_dataclass(config_class)):
+      raise ValueError(f"{cls.__name__}.config_class must be a PEConfig dataclass, got "
+                       f"{config_class!r}")
+    known = {f.name for f in dataclasses.fields(config_class)}
+    for key in defaults or {}:
+      if key not in known:
+        raise ValueError(f"defaults key {key!r} is not a field of {config_class.__name__}")
+    if name in _REGISTRY and not overwrite and _REGISTRY[name].pe_class is not cls:
+      raise ValueError(f"name {name!r} is already registered (pass overwrite=True to replace it)")
+    _REGISTRY[name] = RegistryEntry(name, cls, tuple(sorted((defaults or {}).items())))
+    return cls
+
+  if pe_class is not None:
+    return register(pe_class)
+  return register
+
+
+def pe_name_of(config: PEConfig) -> str:
+  """The registry name of a PE config: the entry of its class whose presets it matches best.
+
+  Args:
+    config: a :class:`PEConfig` instance.
+
+  Returns:
+    The registry name (``"kerple_power"`` for a KERPLE config with ``kind="power"``).
+
+  Raises:
+    ValueError: if no registered PE uses the config's class.
+  """
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  registry.discover()
+  best, best_score = None, -1
+  for entry in _REGISTRY.values():
+    if type(config) is not entry.pe_class.config_class:
+      continue
+    if all(getattr(config, k) == v for k, v in entry.defaults):
+      if len(entry.defaults) > best_score:
+        best, best_score = entry.name, len(entry.defaults)
+  if best is None:
+    raise ValueError(f"no registered PE uses config class {type(config).__name__}")
+  return best

@@ -7,18 +7,19 @@ References:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
-from flax import nnx
-
-from pejax.nn.positional.interface import PositionalEncoding
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 
+@dataclasses.dataclass(frozen=True)
+class NoPEConfig(PEConfig):
+  """NoPE has no hyper-parameters."""
+
+
+@register_pe("none")
 class NoPE(PositionalEncoding):
   """Implements no hook: the decoder adds nothing, rotates nothing, biases nothing."""
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
-    del config, rngs
+  config_class = NoPEConfig
+  translation_invariant = True

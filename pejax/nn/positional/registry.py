@@ -1,34 +1,38 @@
-"""Registry of positional encodings by name: the ``pe`` field of :class:`DecoderConfig`.
+"""Looking PEs up by name: discovery of the built-in PE files, names, configs and instances.
 
-Adding a PE: write one file with a :class:`PositionalEncoding` subclass and add one line to
-``_REGISTRY`` below (or call :func:`register_pe` from user code before building the config).
+Every module of :mod:`pejax.nn.positional` (but this one and the interface) is imported on the
+first lookup; each registers itself with ``@register_pe``. A user PE registers with
+:func:`~pejax.nn.positional.interface.register_pe` from its own module, before it is named.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING, Any, Union
 
 from flax import nnx
 
-from pejax.nn.positional.alibi import AlibiPE
-from pejax.nn.positional.interface import PositionalEncoding
-from pejax.nn.positional.learned import LearnedPE
-from pejax.nn.positional.nope import NoPE
-from pejax.nn.positional.rope import RotaryPE
-from pejax.nn.positional.sinusoidal import SinusoidalPE
-from pejax.nn.positional.t5 import T5BiasPE
+from pejax.nn.positional import interface
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, RegistryEntry
 
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
-_REGISTRY: dict[str, type[PositionalEncoding]] = {
-    "none": NoPE,
-    "sinusoidal": SinusoidalPE,
-    "learned": LearnedPE,
-    "rope": RotaryPE,
-    "alibi": AlibiPE,
-    "t5": T5BiasPE,
-}
+_NOT_PES = ("interface", "registry")
+_discovered = False
+
+
+def discover() -> None:
+  """Imports every PE module of :mod:`pejax.nn.positional` once (they register themselves)."""
+  global _discovered
+  if _discovered:
+    return
+  _discovered = True
+  import pejax.nn.positional as package  # pylint: disable=g-import-not-at-top
+  for info in pkgutil.iter_modules(package.__path__):
+    if not info.ispkg and info.name not in _NOT_PES and not info.name.startswith("_"):
+      importlib.import_module(f"{package.__name__}.{info.name}")
 
 
 def pe_names() -> tuple[str, ...]:
@@ -37,7 +41,27 @@ def pe_names() -> tuple[str, ...]:
   Returns:
     Every name :func:`get_pe_class` accepts (``DecoderConfig.pe`` values), sorted.
   """
-  return tuple(sorted(_REGISTRY))
+  discover()
+  return tuple(sorted(interface._REGISTRY))  # pylint: disable=protected-access
+
+
+def registry_entry(name: str) -> RegistryEntry:
+  """The registry entry of ``name`` (class and the config fields the name presets).
+
+  Args:
+    name: a registry name, one of :func:`pe_names`.
+
+  Returns:
+    The :class:`~pejax.nn.positional.interface.RegistryEntry`.
+
+  Raises:
+    ValueError: if ``name`` is not registered (the message lists the valid names).
+  """
+  discover()
+  entries = interface._REGISTRY  # pylint: disable=protected-access
+  if not isinstance(name, str) or name not in entries:
+    raise ValueError(f"pe must be one of {list(pe_names())}, got {name!r}")
+  return entries[name]
 
 
 def get_pe_class(name: str) -> type[PositionalEncoding]:
@@ -52,40 +76,66 @@ def get_pe_class(name: str) -> type[PositionalEncoding]:
   Raises:
     ValueError: if ``name`` is not registered (the message lists the valid names).
   """
-  if name not in _REGISTRY:
-    raise ValueError(f"pe must be one of {list(pe_names())}, got {name!r}")
-  return _REGISTRY[name]
+  return registry_entry(name).pe_class
 
 
-def register_pe(name: str, pe_class: type[PositionalEncoding], *, overwrite: bool = False) -> None:
-  """Registers ``pe_class`` under ``name`` so that ``DecoderConfig(pe=name)`` builds it.
+def pe_config(name: str, **fields: Any) -> PEConfig:
+  """The config of the PE named ``name``, with its defaults and any ``fields`` overridden.
 
   Args:
-    name: registry name.
-    pe_class: a :class:`PositionalEncoding` subclass with constructor ``(config, *, rngs)``.
-    overwrite: replace an existing entry instead of raising.
+    name: a registry name.
+    **fields: config fields (e.g. ``base=500000.0`` for ``"rope"``).
+
+  Returns:
+    A validated :class:`PEConfig` instance.
+
+  Raises:
+    ValueError: for an unknown name or field, or an invalid value (naming the field).
   """
-  if not isinstance(name, str) or not name:
-    raise ValueError(f"name must be a non-empty string, got {name!r}")
-  if not (isinstance(pe_class, type) and issubclass(pe_class, PositionalEncoding)):
-    raise ValueError(f"pe_class must be a PositionalEncoding subclass, got {pe_class!r}")
-  if name in _REGISTRY and not overwrite:
-    raise ValueError(f"name {name!r} is already registered (pass overwrite=True to replace it)")
-  _REGISTRY[name] = pe_class
+  return registry_entry(name).make_config(**fields)
 
 
-def build_pe(config: "DecoderConfig", *, rngs: nnx.Rngs) -> PositionalEncoding:
-  """Builds the PE named by ``config.pe``.
+def as_pe_config(pe: Union[str, PEConfig]) -> PEConfig:
+  """Normalizes a ``DecoderConfig.pe`` entry: a name gives its default config.
 
   Args:
-    config: the decoder config; ``config.pe`` selects the class (see :func:`get_pe_class`) and
-      the whole config is passed to its constructor.
-    rngs: PRNG streams for the PE's parameters (learned tables, T5 bias).
+    pe: a registry name or a :class:`PEConfig`.
+
+  Returns:
+    The :class:`PEConfig`.
+
+  Raises:
+    ValueError: for an unknown name or an object that is neither.
+  """
+  if isinstance(pe, PEConfig):
+    interface.pe_name_of(pe)  # Raises if its class is not registered.
+    return pe
+  if isinstance(pe, str):
+    return pe_config(pe)
+  raise ValueError(f"pe must be a registry name or a PEConfig, got {pe!r}")
+
+
+def pe_class_of(config: PEConfig) -> type[PositionalEncoding]:
+  """The PE class that serves ``config``.
+
+  Args:
+    config: a registered PE's config.
+
+  Returns:
+    Its :class:`PositionalEncoding` subclass.
+  """
+  return get_pe_class(interface.pe_name_of(config))
+
+
+def build_pe(config: PEConfig, model: "DecoderConfig", *, rngs: nnx.Rngs) -> PositionalEncoding:
+  """Builds the PE that ``config`` describes for the decoder ``model``.
+
+  Args:
+    config: the PE's config.
+    model: the decoder config (dimensions).
+    rngs: PRNG streams for the PE's parameters.
 
   Returns:
     A new instance of the registered :class:`PositionalEncoding` subclass.
-
-  Raises:
-    ValueError: if ``config.pe`` is not registered.
   """
-  return get_pe_class(config.pe)(config, rngs=rngs)
+  return pe_class_of(config)(config, model, rngs=rngs)

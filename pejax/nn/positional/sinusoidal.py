@@ -6,35 +6,39 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
-from flax import nnx
 import jax
 import jax.numpy as jnp
 
 from pejax.encodings.sinusoidal import sinusoidal_embedding
-from pejax.nn.positional.interface import PositionalEncoding
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
 
+@dataclasses.dataclass(frozen=True)
+class SinusoidalConfig(PEConfig):
+  """No hyper-parameters (base 10000 as in Vaswani et al.)."""
+
+  def check_model(self, model: "DecoderConfig") -> None:
+    """Raises ``ValueError`` unless ``model.d_model`` (the table width E) is even.
+
+    Args:
+      model: the decoder config.
+    """
+    if model.d_model % 2:
+      raise ValueError(f"d_model must be even for sinusoidal positions, got {model.d_model}")
+
+
+@register_pe("sinusoidal")
 class SinusoidalPE(PositionalEncoding):
   """``x + sinusoidal_embedding(positions, E)``, angles in float32 then cast to ``x.dtype``."""
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
-    del rngs
-    self.check_config(config)
-
-  @classmethod
-  def check_config(cls, config: "DecoderConfig") -> None:
-    """Raises ``ValueError`` unless ``config.d_model`` (the table width E) is even.
-
-    Args:
-      config: the decoder config.
-    """
-    if config.d_model % 2:
-      raise ValueError(f"d_model must be even for sinusoidal positions, got {config.d_model}")
+  config_class = SinusoidalConfig
+  absolute = True
 
   def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
     """Adds the sinusoidal encoding of ``positions`` to the token embeddings.

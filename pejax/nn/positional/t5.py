@@ -11,6 +11,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from flax import nnx
@@ -19,34 +20,44 @@ import numpy as np
 
 from pejax.encodings.t5_bias import T5RelativeBias
 from pejax.encodings.t5_buckets import t5_relative_position_bucket
-from pejax.nn.positional.interface import PositionalEncoding
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 if TYPE_CHECKING:
   from pejax.nn.decoder_config import DecoderConfig
 
 
+@dataclasses.dataclass(frozen=True)
+class T5Config(PEConfig):
+  """T5 bucket settings (T5's defaults).
+
+  Attributes:
+    num_buckets: relative-position buckets.
+    max_distance: distance from which the last bucket is used.
+    bidirectional: buckets for keys after the query too (encoder style).
+  """
+
+  num_buckets: int = 32
+  max_distance: int = 128
+  bidirectional: bool = False
+
+  def __post_init__(self):
+    t5_relative_position_bucket(  # Raises ValueError naming num_buckets / max_distance.
+        np.zeros((), np.int32), bidirectional=self.bidirectional,
+        num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+
+@register_pe("t5")
 class T5BiasPE(PositionalEncoding):
   """Bucketed relative-position bias with one learned ``[num_buckets, H]`` table."""
 
-  def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs):
+  config_class = T5Config
+  translation_invariant = True
+
+  def __init__(self, config: T5Config, model: "DecoderConfig", *, rngs: nnx.Rngs):
+    super().__init__(config, model, rngs=rngs)
     self.relative_bias = T5RelativeBias(
-        config.num_heads, num_buckets=config.t5_num_buckets,
-        max_distance=config.t5_max_distance, bidirectional=config.t5_bidirectional, rngs=rngs)
-
-  @classmethod
-  def check_config(cls, config: "DecoderConfig") -> None:
-    """Raises ``ValueError`` if ``t5_num_buckets`` / ``t5_max_distance`` are invalid.
-
-    Args:
-      config: the decoder config (``t5_num_buckets``, ``t5_max_distance``,
-        ``t5_bidirectional``).
-    """
-    try:
-      t5_relative_position_bucket(
-          np.zeros((), np.int32), bidirectional=config.t5_bidirectional,
-          num_buckets=config.t5_num_buckets, max_distance=config.t5_max_distance)
-    except ValueError as e:  # Name the config fields rather than the function's arguments.
-      raise ValueError(f"invalid t5_num_buckets / t5_max_distance: {e}") from None
+        model.num_heads, num_buckets=config.num_buckets, max_distance=config.max_distance,
+        bidirectional=config.bidirectional, rngs=rngs)
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
     """The learned bias of the bucket of ``k - q``, per head.

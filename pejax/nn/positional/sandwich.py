@@ -1,0 +1,68 @@
+"""Sandwich: the parameter-free sinusoid inner product as a per-head bias (``bias`` hook).
+
+Head h of H adds (H / 8h) * sum_{i < d_bar/2} cos((q - k) / base^(2i / d_bar)) to its logits:
+the position-position term of a sinusoidal Transformer's logits, compressed per head like
+ALiBi. No parameters; one instance serves every layer.
+
+References:
+  Chi et al. 2023, "Dissecting Transformer Length Extrapolation via the Lens of Receptive Field
+  Analysis", arXiv 2212.10356.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from flax import nnx
+import jax
+import numpy as np
+
+from pejax.encodings.sandwich import sandwich_bias
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
+
+if TYPE_CHECKING:
+  from pejax.nn.decoder_config import DecoderConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SandwichConfig(PEConfig):
+  """Sandwich settings (the paper's defaults).
+
+  Attributes:
+    dim: d_bar, the (even) dimension of the sinusoidal embeddings whose inner product is the
+      bias; independent of the model's head dim.
+    base: wavelength base of the sinusoids.
+  """
+
+  dim: int = 128
+  base: float = 10000.0
+
+  def __post_init__(self):
+    zero = np.zeros((1,), np.int32)
+    sandwich_bias(zero, zero, num_heads=1, dim=self.dim, base=self.base)  # Names dim / base.
+
+
+@register_pe("sandwich")
+class SandwichPE(PositionalEncoding):
+  """(H / 8h) * p_q . p_k for head h, p the d_bar-dimensional sinusoidal embedding."""
+
+  config_class = SandwichConfig
+  translation_invariant = True
+
+  def __init__(self, config: SandwichConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+    super().__init__(config, model, rngs=rngs)
+    self.num_heads = model.num_heads
+
+  def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """The Sandwich bias of every query-key pair.
+
+    Args:
+      q_positions: int ``[B | 1, Lq]``.
+      k_positions: int ``[B | 1, Lk]``.
+
+    Returns:
+      float32 ``[B | 1, H, Lq, Lk]``.
+    """
+    return sandwich_bias(q_positions, k_positions, num_heads=self.num_heads,
+                         dim=self.config.dim, base=self.config.base)
