@@ -154,7 +154,9 @@ def perplexity_at_lengths(
   results = []
   for length in lengths:
     length = arg_checks.check_positive_int("lengths", length)
-    attention = "blockwise" if length > blockwise_threshold else "dense"
+    # A PE that needs whole rows of logits (CoPE) cannot run blockwise: dense at any length.
+    blockwise_ok = all(pe.supports_blockwise for pe in getattr(model, "pes", ()))
+    attention = "blockwise" if length > blockwise_threshold and blockwise_ok else "dense"
     for mode in modes:
       if max_length is not None and length > max_length:
         nan = float("nan")

@@ -11,7 +11,16 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
+from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
+from pejax.nn.positional import LearnedConfig
+from pejax.nn.positional import NoPEConfig
+from pejax.nn.positional import PEConfig
+from pejax.nn.positional import RotaryConfig
+from pejax.nn.positional import SinusoidalConfig
+from pejax.nn.positional import T5Config
+from pejax.nn.positional import pe_config
+from pejax.nn.positional import pe_name_of
 from pejax.nn.positional import LearnedPE
 from pejax.nn.positional import NoPE
 from pejax.nn.positional import PositionalEncoding
@@ -26,7 +35,16 @@ from pejax.nn.self_attention import SelfAttention
 from pejax.nn.token_linear import TokenLinear
 
 __all__ = [
+    "AlibiConfig",
     "AlibiPE",
+    "LearnedConfig",
+    "NoPEConfig",
+    "PEConfig",
+    "RotaryConfig",
+    "SinusoidalConfig",
+    "T5Config",
+    "pe_config",
+    "pe_name_of",
     "Decoder",
     "DecoderBlock",
     "DecoderConfig",

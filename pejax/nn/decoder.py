@@ -155,9 +155,8 @@ class Decoder(nnx.Module):
     if segment_ids is not None:
       segment_ids = _check_batch_array("segment_ids", segment_ids, batch, length,
                                        allow_shared=False)
-    implementation = choose_implementation(
-        self.config.attention if attention is None else attention, length,
-        blockwise_threshold=self.config.blockwise_threshold)
+    implementation = self._implementation(
+        self.config.attention if attention is None else attention, length)
     x = self._embed(tokens, positions)
     biases = self._shared_biases(positions, positions, implementation)
     for block, index in zip(self.blocks, self.layer_pe):
@@ -273,8 +272,7 @@ class Decoder(nnx.Module):
     positions = jnp.broadcast_to(positions, (batch, length))
     start = cache.length
     cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions, (0, start))
-    implementation = choose_implementation(
-        self.config.attention, length, blockwise_threshold=self.config.blockwise_threshold)
+    implementation = self._implementation(self.config.attention, length)
     x = self._embed(tokens, positions)
     biases = self._shared_biases(positions, cache_positions, implementation)
     keys, values, features = [], [], []
@@ -296,6 +294,15 @@ class Decoder(nnx.Module):
 
   # ----------------------------------------------------------------------------------------------
   # Shared pieces.
+
+  def _implementation(self, attention: str, length: int) -> str:
+    """``"auto"`` resolved by length, but dense when a PE cannot run blockwise (CoPE)."""
+    implementation = choose_implementation(attention, length,
+                                           blockwise_threshold=self.config.blockwise_threshold)
+    if (attention == "auto" and implementation == "blockwise"
+        and not all(pe.supports_blockwise for pe in self.pes)):
+      return "dense"
+    return implementation
 
   def _check_tokens(self, tokens: Any) -> jax.Array:
     """Checks int ``[B, L]`` tokens; concrete ids must lie in ``[0, V)`` (traced ones: NaN)."""

@@ -1,0 +1,284 @@
+"""Every registered PE, selected by capability (no per-name lists): the decoder's contracts.
+
+A PE added as one file in pejax/nn/positional is picked up here without an edit. Per-PE
+goldens and failure modes live in each PE's own test file; test_decoder.py covers the forward /
+blockwise / packing / shift properties per PE, this file the rest of the contract: decoding
+from several prompt lengths, parameter gradients dense vs blockwise, command-line round trips,
+per-layer patterns, sliding windows and query scaling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import flags
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pejax import experiment_config
+from pejax.nn import Decoder, DecoderConfig, pe_names
+from pejax.nn.positional import registry
+from pejax.train import experiment
+
+TINY = dict(vocab_size=32, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, block_size=4)
+NAMES = pe_names()
+CASES = tuple((name, name) for name in NAMES)
+
+
+def _model(pe, **overrides) -> Decoder:
+  config = DecoderConfig(**{**TINY, "pe": pe, **overrides})
+  model = Decoder(config, rngs=nnx.Rngs(0))
+  _randomize_pe_params(model)
+  return model
+
+
+def _randomize_pe_params(model: Decoder, seed: int = 1) -> None:
+  """Unit-scale random PE parameters, so that zero-initialized tables do not hide a bug."""
+  state = nnx.state(model.pes, nnx.Param)
+  leaves, treedef = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(seed), max(len(leaves), 1))
+  new = [0.5 * jax.random.normal(key, leaf.shape, leaf.dtype) for key, leaf in zip(keys, leaves)]
+  nnx.update(model.pes, jax.tree.unflatten(treedef, new))
+
+
+def _tokens(batch, length, seed=0):
+  return jax.random.randint(jax.random.key(seed), (batch, length), 0, TINY["vocab_size"],
+                            dtype=jnp.int32)
+
+
+_forward = nnx.jit(lambda model, tokens: model(tokens))
+_prefill = nnx.jit(lambda model, tokens, cache: model.prefill(tokens, None, cache))
+_decode = nnx.jit(lambda model, token, position, cache: model.decode_step(token, position, cache))
+
+
+def _pe_class(name):
+  return registry.get_pe_class(name)
+
+
+class EveryPETest(parameterized.TestCase):
+
+  def test_registry_has_the_builtin_families(self):
+    # Capability coverage, not names: at least one PE of each kind the interface serves.
+    classes = [_pe_class(n) for n in NAMES]
+    self.assertTrue(any(c.absolute for c in classes))
+    self.assertTrue(any(c.translation_invariant for c in classes))
+
+  @parameterized.named_parameters(*CASES)
+  @pytest.mark.slow
+  def test_decode_equals_full_forward_from_several_prompts(self, name):
+    model = _model(name)
+    total = 33 + 20
+    tokens = _tokens(2, total)
+    full = _forward(model, tokens)
+    tolerance = 1e-4 if model.pe.length_dependent else 2e-5
+    for prompt in (1, 7, 33):
+      steps = 20 if prompt == 33 else 6
+      cache = model.init_cache(2, prompt + steps)
+      logits, cache = _prefill(model, tokens[:, :prompt], cache)
+      pieces = [logits]
+      for t in range(prompt, prompt + steps):
+        logits, cache = _decode(model, tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
+        pieces.append(logits)
+      got = jnp.concatenate(pieces, axis=1)
+      if model.pe.length_dependent:  # Frequencies follow the current length: compare per step.
+        got, want = got[:, -1], _forward(model, tokens[:, :prompt + steps])[:, -1]
+      else:
+        want = full[:, :prompt + steps]
+      chex.assert_trees_all_close(got, want, atol=tolerance, rtol=tolerance)
+
+  @parameterized.named_parameters(*CASES)
+  @pytest.mark.slow
+  def test_dense_and_blockwise_parameter_gradients(self, name):
+    model = _model(name)
+    tokens = _tokens(2, 11)
+
+    def loss(model, attention):
+      return jnp.mean(model(tokens, attention=attention) ** 2)
+
+    if not model.pe.supports_blockwise:
+      with self.assertRaisesRegex(ValueError, f"pe='{name}' does not support blockwise"):
+        loss(model, "blockwise")
+      return
+    dense = nnx.grad(loss)(model, "dense")
+    blockwise = nnx.grad(loss)(model, "blockwise")
+    chex.assert_trees_all_close(nnx.state(blockwise, nnx.Param), nnx.state(dense, nnx.Param),
+                                atol=5e-5, rtol=5e-4)
+
+  @parameterized.named_parameters(*CASES)
+  def test_config_round_trips_through_the_command_line(self, name):
+    entry = registry.registry_entry(name)
+    default = entry.make_config()
+    fields = default.fields()
+    argv = ["launch.py", f"--pe={name}"] + [
+        f"--config.pe.{key}={','.join(map(str, value)) if isinstance(value, tuple) else value}"
+        for key, value in fields.items() if value is not None]  # None: unset = the default.
+    config = self._parse(argv)
+    self.assertEqual(experiment.pe_config_from(config), default)
+
+  def _parse(self, argv):
+    import launch  # pylint: disable=g-import-not-at-top
+    values = flags.FlagValues()
+    launch.define_flags(values, argv)
+    values(argv)
+    config, _, _ = launch.resolve_config(values)
+    return config
+
+  def test_a_field_of_another_pe_is_an_error_naming_both(self):
+    config = experiment_config.get_default_config()
+    owners = experiment_config.pe_fields_by_name()
+    field, (kind, pes) = next((f, v) for f, v in sorted(owners.items())
+                              if v[1] and "alibi" not in v[1])
+    config.pe.name = "alibi"
+    config.pe[field] = next(iter(pes.values()))
+    with self.assertRaisesRegex(ValueError, rf"pe.{field}=.* has no effect with pe.name='alibi'"):
+      experiment.pe_config_from(config)
+    del kind
+
+  def test_unknown_pe_lists_the_names(self):
+    with self.assertRaisesRegex(ValueError, "pe must be one of .*'rope'"):
+      DecoderConfig(pe="nope")
+
+  @parameterized.named_parameters(*CASES)
+  def test_capabilities_are_declared(self, name):
+    cls = _pe_class(name)
+    for attribute in ("absolute", "translation_invariant", "length_dependent",
+                      "supports_blockwise", "per_layer", "content_aware", "changes_key_dim",
+                      "causal_only"):
+      self.assertIsInstance(getattr(cls, attribute), bool, attribute)
+    self.assertFalse(cls.absolute and cls.translation_invariant, "absolute and invariant")
+
+
+class UserPETest(absltest.TestCase):
+  """A PE registered from user code reaches DecoderConfig and the experiment config."""
+
+  def test_register_from_user_code(self):
+    from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe  # pylint: disable=g-import-not-at-top
+
+    @dataclasses.dataclass(frozen=True)
+    class ScaledAlibiConfig(PEConfig):
+      strength: float = 2.0
+
+    class ScaledAlibi(PositionalEncoding):
+      config_class = ScaledAlibiConfig
+      translation_invariant = True
+
+      def bias(self, q_positions, k_positions):
+        distance = (q_positions[:, None, :, None] - k_positions[:, None, None, :])
+        return -self.config.strength * jnp.abs(distance).astype(jnp.float32) * jnp.ones(
+            (1, TINY["num_heads"], 1, 1), jnp.float32)
+
+    register_pe("test_scaled_alibi", ScaledAlibi, overwrite=True)
+    try:
+      model = _model("test_scaled_alibi")
+      self.assertEqual(model.config.pe_name, "test_scaled_alibi")
+      chex.assert_tree_all_finite(_forward(model, _tokens(1, 5)))
+      config = experiment_config.get_default_config()
+      config.pe.name = "test_scaled_alibi"
+      config.pe.strength = 0.5
+      self.assertEqual(experiment.pe_config_from(config), ScaledAlibiConfig(0.5))
+    finally:
+      from pejax.nn.positional import interface  # pylint: disable=g-import-not-at-top
+      interface._REGISTRY.pop("test_scaled_alibi", None)  # pylint: disable=protected-access
+
+
+class PatternsTest(parameterized.TestCase):
+  """Per-layer PE patterns, sliding windows and query scaling, on every attention path."""
+
+  def _check_paths(self, model, length=13, window=None):
+    tokens = _tokens(2, length)
+    dense = model(tokens, attention="dense")
+    chex.assert_tree_all_finite(dense)
+    blockwise = model(tokens, attention="blockwise")
+    chex.assert_trees_all_close(blockwise, dense, atol=3e-5, rtol=3e-5)
+    cache = model.init_cache(2, length)
+    logits, cache = model.prefill(tokens[:, :5], None, cache)
+    pieces = [logits]
+    for t in range(5, length):
+      logits, cache = model.decode_step(tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32),
+                                        cache)
+      pieces.append(logits)
+    chex.assert_trees_all_close(jnp.concatenate(pieces, axis=1), dense, atol=3e-5, rtol=3e-5)
+    segments = jnp.array([[0] * 6 + [1] * (length - 6)] * 2, jnp.int32)
+    positions = jnp.array([list(range(6)) + list(range(length - 6))] * 2, jnp.int32)
+    packed = model(tokens, positions=positions, segment_ids=segments)
+    separate = model(tokens[:, 6:])
+    chex.assert_trees_all_close(packed[:, 6:], separate, atol=3e-5, rtol=3e-5)
+    return dense
+
+  def test_rnope_swa_pattern(self):
+    model = _model(("rope", "none"), sliding_window=(4, None))
+    self.assertEqual([type(pe).__name__ for pe in model.layer_pes()], ["RotaryPE", "NoPE"])
+    self.assertEqual(model.config.pe_name, "rope,none")
+    self._check_paths(model)
+
+  def test_two_rope_bases_as_gemma3(self):
+    from pejax.nn import pe_config  # pylint: disable=g-import-not-at-top
+    local, global_ = pe_config("rope", base=10000.0), pe_config("rope", base=1e6)
+    model = _model((local, global_), sliding_window=(4, None))
+    self.assertEqual([pe.rope.base for pe in model.layer_pes()], [10000.0, 1e6])
+    self._check_paths(model)
+
+  def test_pattern_length_must_divide_the_layers(self):
+    with self.assertRaisesRegex(ValueError, "pe must be one value or a tuple whose length"):
+      DecoderConfig(**{**TINY, "num_layers": 3}, pe=("rope", "none"))
+
+  @parameterized.named_parameters(("w1", 1), ("w3", 3), ("w5", 5))
+  def test_sliding_window_equals_a_masked_reference(self, window):
+    model = _model("alibi", sliding_window=window)
+    dense = self._check_paths(model)
+    # Changing a token that every later query sees only through > window steps changes nothing.
+    tokens = _tokens(2, 13)
+    changed = tokens.at[:, 0].set((tokens[:, 0] + 1) % TINY["vocab_size"])
+    # Layer 2 widens the receptive field to 2 * (window - 1) tokens back.
+    horizon = 2 * (window - 1) + 1
+    chex.assert_trees_all_close(model(changed)[:, horizon:], dense[:, horizon:], atol=1e-5)
+    if horizon < 13:
+      self.assertGreater(float(jnp.abs(model(changed)[:, :horizon] - dense[:, :horizon]).max()),
+                         1e-4)
+
+  def test_sliding_window_skips_blockwise_tiles(self):
+    from pejax.nn import blockwise_attention  # pylint: disable=g-import-not-at-top
+    q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))
+    k = jax.random.normal(jax.random.key(1), (1, 64, 2, 8))
+    positions = jnp.arange(64, dtype=jnp.int32)[None]
+    out = blockwise_attention(q, k, k, q_positions=positions, k_positions=positions,
+                              block_size=8, window=8)
+    text = jax.jit(lambda q, k: blockwise_attention(
+        q, k, k, q_positions=positions, k_positions=positions, block_size=8, window=8)).lower(
+            q, k).as_text()
+    self.assertIn("case", text)  # The lax.switch that skips unseen tiles.
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(8.0)
+    i, j = np.arange(64)[:, None], np.arange(64)[None]
+    mask = (j <= i) & (j > i - 8)
+    want = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(jnp.where(mask, logits, -1e30)), k)
+    chex.assert_trees_all_close(out, want, atol=2e-5)
+
+  @parameterized.named_parameters(("logn", "logn"), ("ssmax", "ssmax"))
+  def test_query_scaling_combines_with_any_pe(self, scaling):
+    for name in ("rope", "alibi"):
+      model = _model(name, query_scaling=scaling, query_scaling_length=4)
+      self._check_paths(model)
+    plain = _model("alibi")(_tokens(2, 13))
+    scaled = _model("alibi", query_scaling=scaling, query_scaling_length=4)(_tokens(2, 13))
+    # Inside the training length (n <= 4) log-n leaves queries alone; beyond, it sharpens.
+    if scaling == "logn":
+      chex.assert_trees_all_close(scaled[:, :1], plain[:, :1], atol=1e-5)
+    self.assertGreater(float(jnp.abs(scaled - plain).max()), 1e-4)
+
+  def test_bad_window_and_scaling_name_the_field(self):
+    with self.assertRaisesRegex(ValueError, "sliding_window must be a positive integer"):
+      DecoderConfig(sliding_window=0)
+    with self.assertRaisesRegex(ValueError, "query_scaling must be one of"):
+      DecoderConfig(query_scaling="log")
+    with self.assertRaisesRegex(ValueError, "query_scaling_length must be"):
+      DecoderConfig(query_scaling="logn")
+
+
+if __name__ == "__main__":
+  absltest.main()
