@@ -79,7 +79,7 @@ class EveryPETest(parameterized.TestCase):
     tolerance = 1e-4 if model.pe.length_dependent else 2e-5
     for prompt in (1, 7, 33):
       steps = 20 if prompt == 33 else 6
-      cache = model.init_cache(2, prompt + steps)
+      cache = model.init_cache(2, total)  # One capacity: one decode-step compilation.
       logits, cache = _prefill(model, tokens[:, :prompt], cache)
       pieces = [logits]
       for t in range(prompt, prompt + steps):
