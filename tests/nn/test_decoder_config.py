@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,6 +15,8 @@ import pytest
 
 from pejax.encodings.rope_scaling import LinearScaling
 from pejax.nn import Decoder, DecoderConfig, PositionalEncoding, pe_names, register_pe
+from pejax.nn.positional import interface
+from pejax.nn.positional import LearnedConfig, PEConfig, RotaryConfig, T5Config
 from pejax.nn.positional import registry
 
 TINY = dict(vocab_size=32, d_model=32, num_heads=4, num_layers=1, block_size=4)
@@ -29,27 +32,35 @@ class DecoderConfigTest(parameterized.TestCase):
     self.assertEqual(config.compute_dtype, jnp.float32)
 
   def test_frozen_and_hashable(self):
-    a = DecoderConfig(pe="rope", rope_scaling=LinearScaling(2.0))
-    b = DecoderConfig(pe="rope", rope_scaling=LinearScaling(2.0))
+    a = DecoderConfig(pe=RotaryConfig(scaling=LinearScaling(2.0)))
+    b = DecoderConfig(pe=RotaryConfig(scaling=LinearScaling(2.0)))
     self.assertEqual(hash(a), hash(b))
     self.assertEqual(a, b)
     with self.assertRaises(AttributeError):
       a.pe = "alibi"  # pytype: disable=not-writable
+    with self.assertRaises(dataclasses.FrozenInstanceError):
+      a.pe.base = 5.0  # pytype: disable=not-writable
+    # A name is normalized to its default config: equal (and equally hashed) to the config.
+    self.assertEqual(DecoderConfig(pe="rope"), DecoderConfig(pe=RotaryConfig()))
+    self.assertEqual(hash(DecoderConfig(pe="rope")), hash(DecoderConfig(pe=RotaryConfig())))
+    self.assertNotEqual(a, DecoderConfig(pe="rope"))
 
   @parameterized.named_parameters(
-      ("unknown_pe", dict(pe="xpos"), r"pe must be one of \['alibi', 'learned', 'none', 'rope'"),
+      ("unknown_pe", dict(pe="no_such_pe"),
+       r"pe must be one of \['alibi', .*'learned', .*'none', .*'rope', .*got 'no_such_pe'"),
       ("kv_heads", dict(num_heads=4, num_kv_heads=3),
        "num_heads must be divisible by num_kv_heads"),
       ("kv_heads_zero", dict(num_kv_heads=0), "num_kv_heads must be a positive integer, got 0"),
       ("d_model_heads", dict(d_model=30, num_heads=4), "d_model must be divisible by num_heads"),
       ("odd_head_dim_rope", dict(pe="rope", d_model=28, num_heads=4),
        "head_dim must be even, got 7"),
-      ("odd_rotary_dim", dict(pe="rope", d_model=40, num_heads=4, rope_fraction=0.5),
+      ("odd_rotary_dim", dict(pe=RotaryConfig(fraction=0.5), d_model=40, num_heads=4),
        "rotary_dim must be even, got 5"),
-      ("rope_layout", dict(pe="rope", rope_layout="neox"), "layout must be one of"),
+      ("rope_layout", dict(pe=lambda: RotaryConfig(layout="neox")), "layout must be one of"),
       ("odd_sinusoidal", dict(pe="sinusoidal", d_model=27, num_heads=3), "d_model must be even"),
-      ("learned_table", dict(pe="learned", max_position=0), "max_position must be a positive"),
-      ("t5_buckets", dict(pe="t5", t5_num_buckets=8, t5_max_distance=3), "t5_max_distance"),
+      ("learned_table", dict(pe=lambda: LearnedConfig(max_position=0)),
+       "max_position must be a positive"),
+      ("t5_buckets", dict(pe=lambda: T5Config(num_buckets=8, max_distance=3)), "max_distance"),
       ("mlp", dict(mlp="relu"), "mlp must be one of"),
       ("dtype", dict(dtype="float16"), "dtype must be one of"),
       ("attention", dict(attention="flash"), "attention must be one of"),
@@ -58,7 +69,8 @@ class DecoderConfigTest(parameterized.TestCase):
   )
   def test_invalid_field_names_the_field(self, options, message):
     with self.assertRaisesRegex(ValueError, message):
-      DecoderConfig(**options)
+      # A PE config validates itself on construction (a lambda defers it into the check).
+      DecoderConfig(**{k: v() if callable(v) else v for k, v in options.items()})
 
   def test_odd_head_dim_is_fine_without_rope(self):
     self.assertEqual(DecoderConfig(pe="alibi", d_model=28, num_heads=4).head_dim, 7)
@@ -67,7 +79,17 @@ class DecoderConfigTest(parameterized.TestCase):
 class RegistryTest(parameterized.TestCase):
 
   def test_builtin_names(self):
-    self.assertEqual(pe_names(), ("alibi", "learned", "none", "rope", "sinusoidal", "t5"))
+    names = pe_names()
+    self.assertEqual(names, tuple(sorted(set(names))))
+    # The original six are always there; every file of the package adds its own.
+    self.assertContainsSubset(("alibi", "learned", "none", "rope", "sinusoidal", "t5"), names)
+    for name in names:
+      pe_class = registry.get_pe_class(name)
+      self.assertTrue(issubclass(pe_class, PositionalEncoding), name)
+      config = registry.pe_config(name)
+      self.assertIsInstance(config, PEConfig)
+      self.assertEqual(interface.pe_name_of(config), name)  # The name round-trips.
+      self.assertEqual(DecoderConfig(pe=name, **TINY).pe_name, name)
 
   def test_register_rejects_duplicates_and_non_pe_classes(self):
     with self.assertRaisesRegex(ValueError, "already registered"):
@@ -79,18 +101,23 @@ class RegistryTest(parameterized.TestCase):
   def test_new_pe_in_one_class_plus_registration(self):
     """A KERPLE-log-like bias with a learned parameter, added without touching pejax.nn."""
 
-    class LogDistanceBias(PositionalEncoding):
+    @dataclasses.dataclass(frozen=True)
+    class LogDistanceConfig(PEConfig):
+      low: float = 0.5
 
-      def __init__(self, config, *, rngs):
-        del rngs
-        self.scale = nnx.Param(jnp.linspace(0.5, 2.0, config.num_heads))
+    class LogDistanceBias(PositionalEncoding):
+      config_class = LogDistanceConfig
+
+      def __init__(self, config, model, *, rngs):
+        super().__init__(config, model, rngs=rngs)
+        self.scale = nnx.Param(jnp.linspace(config.low, 2.0, model.num_heads))
 
       def bias(self, q_positions, k_positions):
         distance = jnp.abs(q_positions[..., :, None] - k_positions[..., None, :])
         log_distance = jnp.log1p(distance.astype(jnp.float32))[..., None, :, :]
         return -self.scale[...][:, None, None] * log_distance
 
-    with mock.patch.dict(registry._REGISTRY):  # pylint: disable=protected-access
+    with mock.patch.dict(interface._REGISTRY):  # pylint: disable=protected-access
       register_pe("log_distance", LogDistanceBias)
       self.assertIn("log_distance", pe_names())
       model = Decoder(DecoderConfig(pe="log_distance", **TINY), rngs=nnx.Rngs(0))
@@ -102,7 +129,7 @@ class RegistryTest(parameterized.TestCase):
       chex.assert_trees_all_close(blockwise, dense, atol=2e-5)
       # Its parameter is trained like any other.
       grads = nnx.jit(nnx.grad(lambda m: m(tokens).sum()))(model)
-      self.assertGreater(float(jnp.abs(grads.pe.scale[...]).max()), 0.0)
+      self.assertGreater(float(jnp.abs(grads.pes[0].scale[...]).max()), 0.0)
     self.assertNotIn("log_distance", pe_names())
 
 

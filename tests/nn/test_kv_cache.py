@@ -12,6 +12,7 @@ import pytest
 
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LinearScaling, YaRNScaling
 from pejax.nn import Decoder, DecoderConfig, KVCache
+from pejax.nn.positional import LearnedConfig, RotaryConfig
 
 TINY = dict(vocab_size=32, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, block_size=4)
 
@@ -50,7 +51,7 @@ class DynamicScalingCacheTest(parameterized.TestCase):
   """Dynamic NTK frequencies depend on the current length (original length 8, decoded to 24)."""
 
   def _model(self, *, cache_rotated_keys, num_layers=1):
-    config = DecoderConfig(pe="rope", rope_scaling=DynamicNTKScaling(4.0, 8),
+    config = DecoderConfig(pe=RotaryConfig(scaling=DynamicNTKScaling(4.0, 8)),
                            cache_rotated_keys=cache_rotated_keys,
                            **{**TINY, "num_layers": num_layers})
     return Decoder(config, rngs=nnx.Rngs(0))
@@ -93,9 +94,9 @@ class CacheModesTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("rope_post_rotation", dict(pe="rope", cache_rotated_keys=True)),
-      ("yarn_post_rotation", dict(pe="rope", cache_rotated_keys=True,
-                                  rope_scaling=YaRNScaling(factor=4.0, original_max_position=8))),
-      ("linear_pre_rotation", dict(pe="rope", rope_scaling=LinearScaling(2.0))),
+      ("yarn_post_rotation", dict(pe=RotaryConfig(scaling=YaRNScaling(factor=4.0, original_max_position=8)),
+                                  cache_rotated_keys=True)),
+      ("linear_pre_rotation", dict(pe=RotaryConfig(scaling=LinearScaling(2.0)))),
       ("t5_post_rotation_flag", dict(pe="t5", cache_rotated_keys=True)),
   )
   @pytest.mark.slow
@@ -106,11 +107,12 @@ class CacheModesTest(parameterized.TestCase):
     chex.assert_trees_all_close(decoded, _forward(model, tokens, positions), atol=2e-5,
                                 rtol=2e-5)
 
-  @parameterized.named_parameters(("alibi", "alibi"), ("rope", "rope"), ("learned", "learned"))
+  @parameterized.named_parameters(("alibi", "alibi"), ("rope", "rope"),
+                                  ("learned", LearnedConfig(max_position=64)))
   @pytest.mark.slow
   def test_explicit_irregular_positions(self, pe):
     # Randomized-positions style: sorted, distinct, with gaps; different per row.
-    model = Decoder(DecoderConfig(pe=pe, max_position=64, **TINY), rngs=nnx.Rngs(0))
+    model = Decoder(DecoderConfig(pe=pe, **TINY), rngs=nnx.Rngs(0))
     tokens = _tokens(2, 10)
     positions = jnp.array([[0, 2, 3, 7, 11, 12, 20, 21, 30, 41],
                            [1, 4, 5, 6, 9, 15, 16, 22, 40, 63]], jnp.int32)

@@ -24,6 +24,7 @@ import pytest
 
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LongRoPEScaling, YaRNScaling
 from pejax.nn import Decoder, DecoderConfig
+from pejax.nn.positional import RotaryConfig
 
 LENGTH = 24
 ORIGINAL = 8
@@ -59,7 +60,7 @@ def _gaps(scaling_name: str) -> dict[int, float]:
   one-layer model with the same compiled function.
   """
   config = DecoderConfig(vocab_size=32, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2,
-                         pe="rope", rope_scaling=SCALINGS[scaling_name])
+                         pe=RotaryConfig(scaling=SCALINGS[scaling_name]))
   tokens = jax.random.randint(jax.random.key(1), (2, LENGTH), 0, 32, dtype=jnp.int32)
   gaps = {}
   for layers in (2, 1):
