@@ -103,7 +103,7 @@ class LinenInteropTest(parameterized.TestCase):
     for name in ("query", "key", "value"):
       getattr(layer, name).kernel[...] = params[name]["kernel"].reshape(WIDTH, -1)
     layer.output.kernel[...] = params["output"]["kernel"].reshape(-1, WIDTH)
-    pe_module = build_pe(config, rngs=nnx.Rngs(0))
+    pe_module = build_pe(config.pe, config, rngs=nnx.Rngs(0))
     bias = pe_module.bias(self.positions, self.positions) if pe_module.has_bias else None
     nnx_out = layer(self.x, pe=pe_module, positions=self.positions, segment_ids=None, bias=bias,
                     implementation="dense")

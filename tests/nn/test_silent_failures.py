@@ -19,7 +19,10 @@ import numpy as np
 
 from pejax.encodings.rope import apply_rope, rotate_with_angles
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LinearScaling, YaRNScaling
-from pejax.nn import Decoder, DecoderConfig
+from pejax.nn import Decoder, DecoderConfig, pe_config, pe_names
+from pejax.nn.positional import RotaryConfig
+from pejax.nn.positional import registry
+from pejax.train import experiment
 from pejax.nn.attention import attention
 from pejax.nn.blockwise_attention import blockwise_attention
 
@@ -186,19 +189,36 @@ class AttentionFactorTest(parameterized.TestCase):
       self.assertTrue(bool(jnp.all(jnp.isnan(rope(factor)))), factor)
 
 
-class RopeScalingWithoutRopeTest(parameterized.TestCase):
-  """DecoderConfig(pe="alibi", rope_scaling=YaRNScaling(...)) was accepted and ignored."""
+# Every registered PE whose config has no RoPE ``scaling`` field (read from the registry).
+NON_ROTARY = tuple(name for name in pe_names()
+                   if "scaling" not in registry.get_pe_class(name).config_class.field_types())
 
-  @parameterized.parameters("alibi", "t5", "none", "sinusoidal", "learned")
+
+class RopeScalingWithoutRopeTest(parameterized.TestCase):
+  """DecoderConfig(pe="alibi", rope_scaling=YaRNScaling(...)) was accepted and ignored.
+
+  A scaling is now a field of the rotary PE's config: a PE without that field rejects it by
+  name, and swapping the scaling of a non-rotary PE (zero-shot extension) raises.
+  """
+
+  def test_the_builtin_non_rotary_pes_are_selected(self):
+    self.assertContainsSubset(("alibi", "t5", "none", "sinusoidal", "learned"), NON_ROTARY)
+    self.assertNotIn("rope", NON_ROTARY)
+
+  @parameterized.parameters(*NON_ROTARY)
   def test_scaling_on_a_non_rotary_pe_raises(self, pe):
-    with self.assertRaisesRegex(ValueError, f"rope_scaling only applies to rotary PEs, got "
-                                            f"pe='{pe}'"):
-      DecoderConfig(pe=pe, rope_scaling=YaRNScaling(factor=4.0, original_max_position=8))
+    scaling = YaRNScaling(factor=4.0, original_max_position=8)
+    with self.assertRaisesRegex(ValueError, "has no field 'scaling'"):
+      pe_config(pe, scaling=scaling)
+    with self.assertRaisesRegex(experiment.ConfigError, "a RoPE scaling needs a rotary PE"):
+      experiment.with_rope_scaling(pe_config(pe), "yarn", factor=4.0, original_max_position=8,
+                                   head_dim=8)
 
   @parameterized.parameters(LinearScaling(2.0), DynamicNTKScaling(2.0, 8),
                             YaRNScaling(factor=4.0, original_max_position=8))
   def test_scaling_on_rope_is_accepted(self, scaling):
-    self.assertIs(DecoderConfig(pe="rope", rope_scaling=scaling).rope_scaling, scaling)
+    self.assertIs(DecoderConfig(pe=RotaryConfig(scaling=scaling)).pe.scaling, scaling)
+    self.assertIs(pe_config("rope", scaling=scaling).scaling, scaling)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pejax import data as data_lib
 from pejax import experiment_config
 from pejax import parallel
 from pejax.nn import Decoder, DecoderConfig
+from pejax.nn.positional import LearnedConfig
 from pejax.train import experiment
 
 FITTING = dict(batch_size=8, num_heads=4, num_kv_heads=2, d_model=32, mlp_hidden=64,
@@ -111,8 +112,9 @@ class LogicalAxesTest(parameterized.TestCase):
 
   @parameterized.parameters(("rope", False), ("t5", True), ("learned", False))
   def test_decoder_parameters_are_annotated(self, pe, untied):
+    pe = LearnedConfig(max_position=8) if pe == "learned" else pe
     config = DecoderConfig(pe=pe, num_layers=1, d_model=16, num_heads=2, vocab_size=32,
-                           tie_embeddings=not untied, max_position=8)
+                           tie_embeddings=not untied)
     model = Decoder(config, rngs=nnx.Rngs(0))
     with nnx.logical_axis_rules(parallel.LOGICAL_AXIS_RULES):
       specs = nnx.to_flat_state(nnx.get_partition_spec(nnx.state(model, nnx.Param)))
@@ -126,9 +128,12 @@ class LogicalAxesTest(parameterized.TestCase):
     self.assertEqual(specs["final_norm/scale"], P())  # Replicated.
     if untied:
       self.assertEqual(specs["lm_head/kernel"], P("fsdp", "model"))
-    for name, spec in specs.items():  # PE tables are replicated.
-      if name.startswith("pe/"):
-        self.assertEqual(spec, P(), name)
+    pe_specs = {name: spec for name, spec in specs.items() if name.startswith("pes/")}
+    for name, spec in pe_specs.items():  # PE tables are replicated.
+      self.assertEqual(spec, P(), name)
+    # The PE's parameters (learned table, T5 buckets) are found under pes/ and checked.
+    has_params = bool(jax.tree.leaves(nnx.state(model.pes, nnx.Param)))
+    self.assertEqual(bool(pe_specs), has_params)
 
   def test_partitioned_initializer_draws_the_same_values(self):
     init = nnx.initializers.normal(stddev=0.5)
