@@ -21,7 +21,9 @@ import numpy as np
 import fuzz_support as fz
 from pejax.encodings import alibi
 from pejax.encodings import rope_scaling
-from pejax.nn import Decoder, DecoderConfig
+from pejax.nn import Decoder, DecoderConfig, pe_config, pe_names
+from pejax.nn.positional import RotaryConfig
+from pejax.nn.positional import registry
 from pejax.nn.attention import attention
 
 # Attention and decoder draws compile (or dispatch a whole model eagerly): a quarter of the
@@ -222,6 +224,25 @@ def test_decoder_prefill_and_decode_step(capacity, tokens, positions):
 # DecoderConfig: every field validated on construction.
 
 _SCALINGS = (None, rope_scaling.LinearScaling(2.0), rope_scaling.YaRNScaling(4.0, 16))
+# Fields of the PE configs, drawn for every PE and passed to those that have them.
+_PE_FIELDS = dict(
+    base=fz.float_hyper(st.just(10000.0)),
+    fraction=fz.float_hyper(st.sampled_from([1.0, 0.5])) | st.just(1.5),
+    scaling=st.sampled_from(_SCALINGS), max_position=fz.int_hyper(st.just(64)),
+    num_buckets=fz.int_hyper(st.just(8)), max_distance=fz.int_hyper(st.just(32)))
+
+
+def _decoder_config(pe, pe_fields, stray_scaling, fields):
+  """``DecoderConfig`` with a PE config built from the drawn fields the PE has (a registered
+  name; anything else goes to ``DecoderConfig`` as is); ``stray_scaling`` also passes the
+  drawn RoPE scaling to a PE without that field (it must be rejected)."""
+  if pe in pe_names():
+    own = registry.get_pe_class(pe).config_class.field_types()
+    chosen = {k: v for k, v in pe_fields.items() if k in own}
+    if stray_scaling and "scaling" not in own:
+      chosen["scaling"] = pe_fields["scaling"]
+    pe = pe_config(pe, **chosen)
+  return DecoderConfig(pe=pe, **fields)
 
 
 @given(data=st.data())
@@ -235,26 +256,28 @@ def test_decoder_config(data):
       dtype=st.sampled_from(["float32", "bfloat16", "float16"]),
       norm_epsilon=fz.float_hyper(st.just(1e-6)),
       attention=st.sampled_from(["auto", "dense", "blockwise", "flash"]),
-      block_size=fz.int_hyper(st.just(8)), blockwise_threshold=fz.int_hyper(st.just(64)),
-      pe=st.sampled_from(["rope", "alibi", "t5", "learned", "none", "sinusoidal", "xyz"]),
-      rope_base=fz.float_hyper(st.just(10000.0)),
-      rope_fraction=fz.float_hyper(st.sampled_from([1.0, 0.5])) | st.just(1.5),
-      rope_scaling=st.sampled_from(_SCALINGS), max_position=fz.int_hyper(st.just(64)),
-      t5_num_buckets=fz.int_hyper(st.just(8)), t5_max_distance=fz.int_hyper(st.just(32)))
+      block_size=fz.int_hyper(st.just(8)), blockwise_threshold=fz.int_hyper(st.just(64)))
   drawn = {name: data.draw(strategy, name) for name, strategy in fields.items()}
-  outcome = fz.run(lambda: DecoderConfig(**drawn), tuple(fields) + ("head_dim", "rotary_dim",
-                                                                    "base", "max_position"))
+  pe = data.draw(st.sampled_from(pe_names() + ("xyz",)), "pe")
+  pe_fields = {name: data.draw(strategy, name) for name, strategy in _PE_FIELDS.items()}
+  stray = data.draw(st.booleans(), "stray_scaling") and pe_fields["scaling"] is not None
+  outcome = fz.run(lambda: _decoder_config(pe, pe_fields, stray, drawn),
+                   tuple(fields) + tuple(_PE_FIELDS) + (
+                       "pe", "head_dim", "rotary_dim", "d_model", "layout"))
   if outcome.error is not None:
     return
   config = outcome.value
   # Whatever was accepted is usable: the documented invariants hold.
   assert config.d_model % config.num_heads == 0
   assert config.num_heads % config.kv_heads == 0
-  assert config.rope_scaling is None or config.pe == "rope"
+  # A RoPE scaling given to a PE without a scaling field is never silently dropped.
+  assert not (stray and "scaling" not in type(config.pe).field_types()), config
+  assert config.pe_name == pe
   for name in ("vocab_size", "num_layers", "block_size", "blockwise_threshold"):
     value = getattr(config, name)
     assert isinstance(value, int) and not isinstance(value, bool) and value >= 1
   for name in ("mlp_ratio", "norm_epsilon"):
     assert math.isfinite(getattr(config, name)) and getattr(config, name) > 0
-  if config.pe == "rope":
-    assert math.isfinite(config.rope_base) and config.rope_base > 1
+  if isinstance(config.pe, RotaryConfig):
+    assert math.isfinite(config.pe.base) and config.pe.base > 1
+    assert 0 < config.pe.fraction <= 1
