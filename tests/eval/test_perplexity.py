@@ -13,6 +13,7 @@ import pytest
 from pejax import eval as eval_lib
 from pejax.nn import Decoder
 from pejax.nn import DecoderConfig
+from pejax.nn.positional import LearnedConfig
 
 
 def _tiny(pe="rope", **kwargs):
@@ -71,7 +72,7 @@ class PerplexityTest(chex.TestCase):
     np.testing.assert_allclose(blockwise[0].nll, dense[0].nll, rtol=1e-5)
 
   def test_learned_table_too_short_reports_na(self):
-    model = _tiny(pe="learned", max_position=32)
+    model = _tiny(pe=LearnedConfig(max_position=32))
     results = eval_lib.perplexity_at_lengths(model, self.tokens, lengths=[32, 64],
                                              modes=["nonoverlap", "sliding"], max_tokens=128,
                                              max_length=32, unsupported_reason="table size 32")
