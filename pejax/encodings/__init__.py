@@ -53,6 +53,30 @@ from pejax.encodings.sinusoidal_2d import sinusoidal_2d_embedding
 from pejax.encodings.sinusoidal_2d import sinusoidal_2d_table
 from pejax.encodings.sinusoidal_2d import sinusoidal_nd_embedding
 from pejax.encodings.t5_buckets import t5_relative_position_bucket
+from pejax.encodings.kerple import kerple_bias
+from pejax.encodings.sandwich import sandwich_bias
+from pejax.encodings.sandwich import sandwich_head_scales
+from pejax.encodings.fire import fire_normalized_distance
+from pejax.encodings.shaw import shaw_relative_index
+from pejax.encodings.shaw import shaw_query_scores
+from pejax.encodings.shaw import shaw_bias_from_scores
+from pejax.encodings.shaw import shaw_key_bias
+from pejax.encodings.query_scaling import logn_query_scale
+from pejax.encodings.query_scaling import ssmax_query_scale
+from pejax.encodings.xpos import apply_xpos
+from pejax.encodings.xpos import xpos_scale
+from pejax.encodings.xpos import xpos_zeta
+from pejax.encodings.p_rope import p_rope_inv_freq
+from pejax.encodings.p_rope import p_rope_mask
+from pejax.encodings.p_rope import p_rope_num_kept
+from pejax.encodings.pope import pope_transform
+from pejax.encodings.pope import pope_inv_freq
+from pejax.encodings.pope import clamp_phase_bias
+from pejax.encodings.fox import fox_cumulative_log_forget
+from pejax.encodings.fox import fox_bias
+from pejax.encodings.fox import forgetting_bias
+from pejax.encodings.cope import cope_positions
+from pejax.encodings.cope import cope_bias
 from pejax.lazy_exports import lazy_exports
 
 # NNX modules (Flax): imported on first use.
@@ -72,29 +96,44 @@ __all__ = (
     "apply_axial_rope",
     "apply_mrope",
     "apply_rope",
+    "apply_xpos",
     "axial_inv_freqs",
     "axial_rope_angles",
     "axial_split",
     "check_adjacency",
     "check_grid_positions",
+    "clamp_phase_bias",
     "connected_components",
+    "cope_bias",
+    "cope_positions",
     "dense_adjacency",
     "DynamicNTKScaling",
+    "fire_normalized_distance",
+    "forgetting_bias",
+    "fox_bias",
+    "fox_cumulative_log_forget",
     "grid_positions",
     "image_positions",
     "interpolation_scale",
+    "kerple_bias",
     "laplacian_pe",
     "laplacian_pe_from_edges",
     "LaplacianPE",
     "LearnedPositionEmbedding",
     "LinearScaling",
     "Llama3Scaling",
+    "logn_query_scale",
     "LongRoPEScaling",
     "mrope_angles",
     "mrope_position_ids",
     "normalized_laplacian",
     "NTKScaling",
+    "p_rope_inv_freq",
+    "p_rope_mask",
+    "p_rope_num_kept",
     "permute_rope_weights",
+    "pope_inv_freq",
+    "pope_transform",
     "random_sign_flip",
     "random_walk_pe",
     "random_walk_pe_from_edges",
@@ -110,14 +149,23 @@ __all__ = (
     "RopeConfig",
     "RopeMixed",
     "rotate_with_angles",
+    "sandwich_bias",
+    "sandwich_head_scales",
+    "shaw_bias_from_scores",
+    "shaw_key_bias",
+    "shaw_query_scores",
+    "shaw_relative_index",
     "sinusoidal_2d_embedding",
     "sinusoidal_2d_table",
     "sinusoidal_embedding",
     "sinusoidal_nd_embedding",
     "sinusoidal_table",
+    "ssmax_query_scale",
     "t5_relative_position_bucket",
     "T5RelativeBias",
     "UnknownRopeKeyWarning",
     "video_positions",
+    "xpos_scale",
+    "xpos_zeta",
     "YaRNScaling",
 )

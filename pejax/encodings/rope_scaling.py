@@ -118,18 +118,40 @@ class _ScalingBase:
   field_defaults: ClassVar[Dict[str, Any]] = {}
 
   def check_rotary_dim(self, dim: int) -> None:
-    """Raises ``ValueError`` if this scaling cannot serve ``dim`` rotated dims."""
+    """Raises ``ValueError`` if this scaling cannot serve ``dim`` rotated dims.
+
+    Args:
+      dim: the rotated dimension R.
+    """
     del dim
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """``(inv_freq [dim // 2] float32, attention_factor)`` for this scaling."""
+    """``(inv_freq [dim // 2] float32, attention_factor)`` for this scaling.
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     raise NotImplementedError
 
   @classmethod
   def from_fields(cls, values: Dict[str, Any], *, rotary_dim: Optional[int] = None,
                   train_len: Optional[int] = None):
     """Builds the scaling from flat fields; a missing or 0 ``original_max_position`` is
-    ``train_len``."""
+    ``train_len``.
+
+    Args:
+      values: the scaling's fields by name.
+      rotary_dim: the rotated dimension R (unused by most scalings).
+      train_len: the default original length.
+
+    Returns:
+      The scaling dataclass.
+    """
     del rotary_dim
     values = {**cls.field_defaults, **values}
     names = {f.name for f in dataclasses.fields(cls)}
@@ -168,7 +190,16 @@ class LinearScaling(_ScalingBase):
     _check_factor(self.factor)
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Every default frequency divided by ``factor``."""
+    """Every default frequency divided by ``factor``.
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     del seq_len
     inv_freq = default_inv_freq(base, dim) / np.float32(self.factor)
     return jnp.asarray(inv_freq.astype(np.float32)), 1.0
@@ -193,11 +224,24 @@ class NTKScaling(_ScalingBase):
     _check_factor(self.factor)
 
   def check_rotary_dim(self, dim: int) -> None:
-    """NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``)."""
+    """NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``).
+
+    Args:
+      dim: the rotated dimension R.
+    """
     _check_ntk_dim(dim)
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Default frequencies of the base ``base * factor ** (d / (d - 2))``."""
+    """Default frequencies of the base ``base * factor ** (d / (d - 2))``.
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     del seq_len
     return jnp.asarray(default_inv_freq(base * self.factor ** (dim / (dim - 2)), dim)), 1.0
 
@@ -230,11 +274,24 @@ class DynamicNTKScaling(_ScalingBase):
     _check_original(self.original_max_position)
 
   def check_rotary_dim(self, dim: int) -> None:
-    """Dynamic NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``)."""
+    """Dynamic NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``).
+
+    Args:
+      dim: the rotated dimension R.
+    """
     _check_ntk_dim(dim)
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """The NTK base for ``max(seq_len, original)`` (traced lengths in float32)."""
+    """The NTK base for ``max(seq_len, original)`` (traced lengths in float32).
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     original = self.original_max_position
     if is_concrete(seq_len):
       length = original if seq_len is None else max(int(seq_len), original)
@@ -294,7 +351,16 @@ class YaRNScaling(_ScalingBase):
         raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Interpolated / extrapolated blend along the correction ramp, and the attention factor."""
+    """Interpolated / extrapolated blend along the correction ramp, and the attention factor.
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     del seq_len
     pos_freqs = np.float32(base) ** exponents(dim)
     inv_freq_extrapolation = np.float32(1.0) / pos_freqs
@@ -340,7 +406,16 @@ class Llama3Scaling(_ScalingBase):
           f"high_freq_factor={self.high_freq_factor}, low_freq_factor={self.low_freq_factor}")
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Low band divided by ``factor``, high band kept, the medium band smoothly blended."""
+    """Low band divided by ``factor``, high band kept, the medium band smoothly blended.
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     del seq_len
     inv_freq = default_inv_freq(base, dim)
     factor = np.float32(self.factor)
@@ -404,14 +479,27 @@ class LongRoPEScaling(_ScalingBase):
       arg_checks.check_positive_float("attention_factor", self.attention_factor)
 
   def check_rotary_dim(self, dim: int) -> None:
-    """The factor lists must have ``dim // 2`` entries."""
+    """The factor lists must have ``dim // 2`` entries.
+
+    Args:
+      dim: the rotated dimension R.
+    """
     if len(self.short_factor) != dim // 2:
       raise ValueError(
           f"LongRoPE short_factor/long_factor must have rotary_dim // 2 = {dim // 2} entries, "
           f"got {len(self.short_factor)}")
 
   def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Short factors up to the original length, long ones beyond (traced: ``jnp.where``)."""
+    """Short factors up to the original length, long ones beyond (traced: ``jnp.where``).
+
+    Args:
+      base: RoPE base theta.
+      dim: the rotated dimension R.
+      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
+
+    Returns:
+      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
+    """
     powers = np.float32(base) ** exponents(dim)
     short = np.float32(1.0) / (np.asarray(self.short_factor, np.float32) * powers)
     long = np.float32(1.0) / (np.asarray(self.long_factor, np.float32) * powers)
@@ -427,7 +515,16 @@ class LongRoPEScaling(_ScalingBase):
                   train_len: Optional[int] = None):
     """Without searched factors: ``long_factor[i] = factor ** (i / (n - 1))`` (1 for the
     highest frequency, ``factor`` for the lowest, geometric between; a documented heuristic) and
-    ``short_factor = 1``; factor lists may also be given as comma-separated strings."""
+    ``short_factor = 1``; factor lists may also be given as comma-separated strings.
+
+    Args:
+      values: flat fields (``factor``, ``original_max_position``, optional factor lists).
+      rotary_dim: the rotated dimension R (the heuristic lists have ``R // 2`` entries).
+      train_len: the default original length.
+
+    Returns:
+      A :class:`LongRoPEScaling`.
+    """
     values = dict(values)
     for key in ("short_factor", "long_factor"):
       if isinstance(values.get(key), str):
