@@ -1,7 +1,7 @@
 r"""Compare runs: ``python -m pejax.compare RUN_DIR... [--out=compare.png] [--mode=nonoverlap]``.
 
 Prints one table of perplexity against evaluation length (a row per run, labelled by the
-settings that differ between the runs, e.g. ``pe=alibi`` / ``pe=rope rope_scaling=yarn x4``)
+settings that differ between the runs, e.g. ``pe=alibi`` / ``pe=rope scaling=yarn x4``)
 with each run's final window-mean training loss and validation loss, and writes one plot of
 perplexity vs length with the same labels in the legend. A run that is not finished (still
 training, or preempted) is listed as such and left out of the plot: a partial run is never
@@ -35,29 +35,40 @@ def _flatten(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 
 def _short(path: str) -> str:
+  """``pe.scaling`` -> ``scaling``; a section's ``name`` is the section (``pe.name`` -> ``pe``)."""
+  if path.endswith(".name") and path.count(".") == 1:
+    return path.split(".")[0]
   return path.split(".")[-1] if path.startswith(("pe.", "model.", "data.", "optim.")) else path
 
 
 def run_labels(configs: Sequence[Dict[str, Any]]) -> List[str]:
   """One label per run: ``key=value`` for every setting that differs between the runs.
 
-  A RoPE scaling is shown with its factor (``rope_scaling=yarn x4``).
+  A RoPE scaling is shown with its factor (``scaling=yarn x4``).
+
+  Args:
+    configs: the runs' saved configs (old ``pe.rope_*`` records are read with the new names).
+
+  Returns:
+    One label per config, in order.
   """
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  configs = [experiment.upgrade_saved_config(c) for c in configs]
   flats = [_flatten(c) for c in configs]
   keys = sorted({k for f in flats for k in f})
   differing = [k for k in keys if not any(k == i or (i.endswith(".") and k.startswith(i))
                                           for i in _IGNORED)
                and len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
-  if "pe.rope_factor" in differing and "pe.rope_scaling" in differing:
-    differing.remove("pe.rope_factor")
+  if "pe.factor" in differing and "pe.scaling" in differing:
+    differing.remove("pe.factor")
   labels = []
   for i, flat in enumerate(flats):
     parts = []
     for key in differing:
       value = flat.get(key)
       text = f"{_short(key)}={value}"
-      if key == "pe.rope_scaling" and value not in ("none", None):
-        text += f" x{float(flat.get('pe.rope_factor', 1.0)):g}"
+      if key == "pe.scaling" and value not in ("none", None):
+        text += f" x{float(flat.get('pe.factor') or 1.0):g}"
       parts.append(text)
     labels.append(" ".join(parts) or f"run {i + 1}")
   return labels
@@ -69,7 +80,7 @@ def load_run(run_dir: pathlib.Path, evaluation: str = "") -> Dict[str, Any]:
   config_path = run_dir / experiment.CONFIG_FILENAME
   if not config_path.exists():
     raise ValueError(f"{run_dir} is not a run directory (no {experiment.CONFIG_FILENAME})")
-  config = json.loads(config_path.read_text())
+  config = experiment.upgrade_saved_config(json.loads(config_path.read_text()))
   results_dir = run_dir / experiment.EVALS_SUBDIR / evaluation if evaluation else run_dir
   results_path = results_dir / "results.json"
   finished = experiment.is_finished(run_dir) and results_path.exists()

@@ -111,7 +111,7 @@ class CommandLineTest(absltest.TestCase):
                   "evaluation (--config.eval.", "run (--config.train.", "mesh (--config.mesh."):
       self.assertIn(group, out)
     self.assertIn("--config.model.d_model=128", out)
-    self.assertIn("--config.pe.rope_original_max_position=0", out)
+    self.assertIn("--config.pe.original_max_position=None", out)
     self.assertIn("--config.optim.weight_decay=0.1", out)
     self.assertIn("--eval_only", out)
     self.assertIn("--quick", out)
@@ -126,7 +126,7 @@ class UsageErrorTest(parameterized.TestCase):
   """Every bad command is a clear usage error naming the settings (in-process)."""
 
   @parameterized.named_parameters(
-      ("unknown_pe", ["--pe=foo"], flags.Error, "alibi"),
+      ("unknown_pe", ["--pe=foo"], app.UsageError, r"pe must be one of \[.*'alibi'.*got 'foo'"),
       ("unknown_scaling", ["--rope_scaling=magic"], flags.Error, "yarn"),
       ("zero_steps", ["--steps=0"], flags.Error, "steps"),
       ("unknown_field", ["--config.model.nope=1"], flags.Error, "nope"),
@@ -134,17 +134,23 @@ class UsageErrorTest(parameterized.TestCase):
       ("bad_eval_mode", ["--config.eval.mode=both,sliding"], app.UsageError, "nonoverlap"),
       ("bad_data", ["--data=/no/such/corpus"], app.UsageError, "stdlib"),
       ("scaling_on_alibi", ["--pe=alibi", "--rope_scaling=yarn", "--rope_factor=4"],
-       app.UsageError, r"pe.rope_scaling='yarn' has no effect with pe.name='alibi'"),
+       app.UsageError, r"pe.scaling='yarn' has no effect with pe.name='alibi' \(PEs with this "
+       r"field: .*rope"),
       ("eval_scaling_on_alibi", ["--pe=alibi", "--config.eval.rope_scaling=yarn"],
        app.UsageError, r"eval.rope_scaling='yarn' has no effect with pe.name='alibi'"),
       ("eval_factor_alone", ["--config.eval.rope_factor=4"], app.UsageError,
        r"eval.rope_factor=4.0 has no effect without eval.rope_scaling"),
       ("factor_alone", ["--rope_factor=4"], app.UsageError,
-       r"pe.rope_factor=4.0 has no effect with pe.rope_scaling='none'"),
-      ("original_length_alone", ["--config.pe.rope_original_max_position=64"],
-       app.UsageError, r"rope_original_max_position=64 has no effect"),
-      ("t5_buckets_on_rope", ["--config.pe.t5_num_buckets=8"], app.UsageError,
-       r"pe.t5_num_buckets=8 has no effect with pe.name='rope'"),
+       r"factor needs a RoPE scaling \(--config.pe.scaling=...\)"),
+      ("original_length_alone", ["--config.pe.original_max_position=64"],
+       app.UsageError, r"original_max_position needs a RoPE scaling"),
+      ("original_length_on_linear", ["--rope_scaling=linear", "--rope_factor=2",
+                                     "--config.pe.original_max_position=64"],
+       app.UsageError, r"original_max_position is not a field of the 'linear' scaling"),
+      ("t5_buckets_on_rope", ["--config.pe.num_buckets=8"], app.UsageError,
+       r"pe.num_buckets=8 has no effect with pe.name='rope' \(PEs with this field: .*t5"),
+      ("rope_base_on_t5", ["--pe=t5", "--config.pe.layout=interleaved"], app.UsageError,
+       r"pe.layout='interleaved' has no effect with pe.name='t5'"),
       ("stride_nonoverlap", ["--config.eval.sliding_stride=8"], app.UsageError,
        r"sliding_stride=8 has no effect with eval.mode='nonoverlap'"),
       ("passkey_on_task", ["--data=copy", "--config.eval.passkey=True"], app.UsageError,
@@ -152,7 +158,7 @@ class UsageErrorTest(parameterized.TestCase):
       ("nan", ["--config.optim.learning_rate=nan"], app.UsageError,
        "optim.learning_rate must be a finite number, got nan"),
       ("inf", ["--rope_scaling=yarn", "--rope_factor=inf"], app.UsageError,
-       "pe.rope_factor must be a finite number, got inf"),
+       "pe.factor must be a finite number, got inf"),
       ("negative_interval", ["--config.train.log_every=-1"], app.UsageError,
        r"train.log_every must be a number >= 0, got -1"),
       ("zero_batch", ["--config.data.batch_size=0"], app.UsageError,
@@ -270,15 +276,21 @@ class RunRecordTest(absltest.TestCase):
     out = self.root / "cmp.png"
     text = compare.compare([str(self.workdir), str(other), str(partial)], out=str(out))
     lines = text.splitlines()
-    self.assertIn("| alibi | name=alibi |", text)
-    self.assertIn("| rope | name=rope |", text)
+    self.assertIn("| alibi | pe=alibi |", text)
+    self.assertIn("| rope | pe=rope |", text)
     self.assertIn("(preempted, not reported)", text)
     self.assertIn("ppl@32", lines[1])
     self.assertTrue(out.exists())
     self.assertEqual(compare.run_labels(
+        [{"pe": {"name": "rope", "scaling": "yarn", "factor": 4.0}},
+         {"pe": {"name": "rope", "scaling": None, "factor": None}},
+         {"pe": {"name": "alibi", "scaling": None, "factor": None}}]),
+        ["pe=rope scaling=yarn x4", "pe=rope scaling=None", "pe=alibi scaling=None"])
+    # Records written before the PE fields were renamed (pe.rope_*) read the same.
+    self.assertEqual(compare.run_labels(
         [{"pe": {"name": "rope", "rope_scaling": "yarn", "rope_factor": 4.0}},
          {"pe": {"name": "rope", "rope_scaling": "none", "rope_factor": 1.0}}]),
-        ["rope_scaling=yarn x4", "rope_scaling=none"])
+        ["scaling=yarn x4", "scaling=None"])
 
 
 class ConfigFilesTest(absltest.TestCase):
@@ -311,11 +323,32 @@ class ExperimentTest(absltest.TestCase):
   def test_run_names_are_readable(self):
     config = _tiny_config("")
     self.assertRegex(experiment.run_name(config), r"^rope-L32-stdlib-[0-9a-f]{6}$")
-    config.pe.rope_scaling, config.pe.rope_factor = "yarn", 4.0
+    config.pe.scaling, config.pe.factor = "yarn", 4.0
     self.assertRegex(str(experiment.default_workdir(config)),
                      r"^runs/rope-yarnx4-L32-stdlib-[0-9a-f]{6}$")
     other = _tiny_config("", **{"optim.weight_decay": 0.0})
     self.assertNotEqual(experiment.run_name(other), experiment.run_name(_tiny_config("")))
+
+  def test_old_run_records_are_read_with_the_new_pe_field_names(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path)
+    saved = json.loads(_tiny_config(workdir).to_json_best_effort())
+    kept = {k: v for k, v in saved["pe"].items() if v is not None}  # name, randomized positions
+    saved["pe"] = {**kept, "rope_base": 500000.0, "rope_layout": "half", "rope_fraction": 1.0,
+                   "rope_scaling": "yarn", "rope_factor": 4.0, "rope_original_max_position": 0,
+                   "max_position": 0, "t5_num_buckets": 32, "t5_max_distance": 128}
+    (workdir / experiment.CONFIG_FILENAME).write_text(json.dumps(saved))
+    config = experiment.load_run_config(workdir)
+    self.assertEqual((config.pe.base, config.pe.scaling, config.pe.factor),
+                     (500000.0, "yarn", 4.0))
+    for field in ("layout", "fraction", "original_max_position", "max_position", "num_buckets",
+                  "max_distance"):  # Old defaults: unset, i.e. the PE's (same) defaults.
+      self.assertIsNone(config.pe[field], field)
+    self.assertNotIn("rope_base", config.pe)
+    pe = experiment.pe_config_from(config)
+    self.assertEqual((pe.base, pe.scaling.name, pe.scaling.factor), (500000.0, "yarn", 4.0))
+    self.assertEqual(pe.scaling.original_max_position, 32)  # 0 meant data.train_len.
+    # The same run, reopened with the current names, is the same run (no settings differ).
+    self.assertEqual(experiment.open_run(config), workdir)
 
   @pytest.mark.slow
   def test_preempted_resume_falls_back_past_a_corrupt_checkpoint(self):
@@ -367,8 +400,8 @@ class ExperimentTest(absltest.TestCase):
     target = self.create_tempdir().full_path
     result = experiment.train_and_evaluate(
         _tiny_config(target, **{"train.steps": 2, "train.init_from": source,
-                                "pe.rope_scaling": "yarn", "pe.rope_factor": 2.0,
-                                "pe.rope_original_max_position": 32, "data.train_len": 64,
+                                "pe.scaling": "yarn", "pe.factor": 2.0,
+                                "pe.original_max_position": 32, "data.train_len": 64,
                                 "eval.lens": "64"}), log=lines.append)
     self.assertTrue(any(line.startswith("initialized from") for line in lines))
     self.assertEqual(result.train.final_step, 2)

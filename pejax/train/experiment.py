@@ -127,10 +127,14 @@ def pe_config_from(config: ml_collections.ConfigDict) -> Any:
       configs.append(entry.make_config(context, **{k: v for k, v in chosen.items() if k in own}))
   except ValueError as e:
     raise ConfigError(f"pe: {e}") from None
-  unused = sorted(set(chosen) - used)
+  # A PE's own fields first (``scaling`` before the scaling's ``factor``): the message names the
+  # setting the user chose, and every PE whose config accepts the field.
+  primary = {f for f, (_, pes) in experiment_config.pe_fields_by_name().items() if pes}
+  unused = sorted(set(chosen) - used, key=lambda f: (f not in primary, f))
   if unused:
     field = unused[0]
-    owners = sorted(experiment_config.pe_fields_by_name().get(field, (None, {}))[1])
+    owners = sorted(n for n in registry.pe_names()
+                    if field in registry.get_pe_class(n).config_class.field_types())
     raise ConfigError(f"pe.{field}={chosen[field]!r} has no effect with pe.name={section.name!r}"
                       f" (PEs with this field: {', '.join(owners) or 'none registered'}); drop "
                       "it or choose such a PE")
@@ -569,7 +573,7 @@ def open_run(config: ml_collections.ConfigDict) -> pathlib.Path:
   saved_path = workdir / CONFIG_FILENAME
   if saved_path.exists():
     try:
-      saved = json.loads(saved_path.read_text())
+      saved = upgrade_saved_config(json.loads(saved_path.read_text()))
     except json.JSONDecodeError as e:
       raise ConfigError(f"{saved_path} is not valid JSON ({e}); not touching that run") from None
     differences = training_differences(saved, config)
@@ -994,7 +998,7 @@ def load_run_config(workdir: os.PathLike | str,
   if not saved_path.exists():
     raise ConfigError(f"{str(workdir)!r} is not a run directory (no {CONFIG_FILENAME})")
   config = experiment_config.get_default_config()
-  saved = json.loads(saved_path.read_text())
+  saved = upgrade_saved_config(json.loads(saved_path.read_text()))
   with config.unlocked():
     config.update_from_flattened_dict(
         {k: v for k, v in _walk_values(saved) if _has_path(config, k)})
@@ -1002,6 +1006,48 @@ def load_run_config(workdir: os.PathLike | str,
       config.update_from_flattened_dict({path: value})
     config.workdir = str(workdir)
   return config
+
+
+# Run records written before the PE interface v2 name the PE fields ``pe.rope_*`` / ``pe.t5_*``
+# and hold every PE's field, the unused ones at their defaults (0: "the training length").
+# Old key -> (new key, old default).
+LEGACY_PE_FIELDS = {
+    "rope_base": ("base", 10000.0), "rope_layout": ("layout", "half"),
+    "rope_fraction": ("fraction", 1.0), "rope_scaling": ("scaling", "none"),
+    "rope_factor": ("factor", 1.0), "rope_original_max_position": ("original_max_position", 0),
+    "t5_num_buckets": ("num_buckets", 32), "t5_max_distance": ("max_distance", 128),
+    "max_position": ("max_position", 0),
+}
+
+
+def upgrade_saved_config(saved: Dict[str, Any]) -> Dict[str, Any]:
+  """A saved config (``config.json``) with the old ``pe`` field names renamed.
+
+  ``pe.rope_base`` -> ``pe.base``, ``pe.rope_layout`` -> ``pe.layout``, ``pe.rope_fraction`` ->
+  ``pe.fraction``, ``pe.rope_scaling`` -> ``pe.scaling``, ``pe.rope_factor`` -> ``pe.factor``,
+  ``pe.rope_original_max_position`` -> ``pe.original_max_position``, ``pe.t5_num_buckets`` ->
+  ``pe.num_buckets``, ``pe.t5_max_distance`` -> ``pe.max_distance``. An old field at its old
+  default becomes unset (``None``: the PE's default, the same value), since old records hold
+  every field whether the PE used it or not; ``rope_factor`` is kept with a scaling. A record
+  in the current form is returned unchanged.
+
+  Args:
+    saved: the parsed ``config.json``.
+
+  Returns:
+    A new dict (the input is not modified).
+  """
+  pe = saved.get("pe")
+  if not isinstance(pe, dict) or not any(k in pe for k in LEGACY_PE_FIELDS if k != "max_position"):
+    return saved
+  scaling = pe.get("rope_scaling", "none")
+  upgraded = {k: v for k, v in pe.items() if k not in LEGACY_PE_FIELDS}
+  for old, (new, default) in LEGACY_PE_FIELDS.items():
+    if old not in pe:
+      continue
+    keep = old == "rope_factor" and scaling not in ("none", "", None)
+    upgraded[new] = pe[old] if keep or pe[old] != default else None
+  return {**saved, "pe": upgraded}
 
 
 def _has_path(config: ml_collections.ConfigDict, path: str) -> bool:
