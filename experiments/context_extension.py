@@ -104,14 +104,19 @@ def scaled_model(base_model, config: ml_collections.ConfigDict, name: str, facto
   from pejax.train import experiment  # pylint: disable=g-import-not-at-top
   train_len = int(config.data.train_len)
   model_config = experiment.decoder_config_from(config)
-  scaling = experiment.rope_scaling_from_name(
-      name, factor=factor, original_max_position=int(config.pe.rope_original_max_position
-                                                     or train_len),
-      rotary_dim=int(model_config.head_dim * model_config.rope_fraction))
-  model = Decoder(dataclasses.replace(model_config, rope_scaling=scaling),
-                  rngs=nnx.Rngs(params=0))
+  scaled_pe = experiment.with_rope_scaling(
+      model_config.pe, name, factor=factor,
+      original_max_position=int(config.pe.get("original_max_position") or train_len),
+      head_dim=model_config.head_dim)
+  model = Decoder(dataclasses.replace(model_config, pe=scaled_pe), rngs=nnx.Rngs(params=0))
   nnx.update(model, nnx.state(base_model))
   return model
+
+
+def experiment_pe_base(config: ml_collections.ConfigDict) -> float:
+  """The RoPE base the config's PE uses (its default when ``pe.base`` is unset)."""
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  return experiment.pe_config_from(config).base
 
 
 def zero_shot(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
@@ -149,12 +154,14 @@ def finetune_config(config: ml_collections.ConfigDict, base_run: study_report.Ru
   Same tokens per step (batch divided by the length multiplier), 15% of the pre-training steps,
   a third of the pre-training learning rate with 10% warm-up.
   """
+  from pejax.encodings import rope_scaling as scalings  # pylint: disable=g-import-not-at-top
   ft = config.copy_and_resolve_references()
   with ft.unlocked():
-    ft.pe.rope_scaling = scaling
-    ft.pe.rope_factor = float(settings.finetune_multiplier) if scaling != "none" else 1.0
-    if scaling in ("dynamic", "yarn", "llama3", "longrope"):  # The scalings that read it.
-      ft.pe.rope_original_max_position = settings.train_len
+    ft.pe.scaling = None if scaling == "none" else scaling
+    ft.pe.factor = float(settings.finetune_multiplier) if scaling != "none" else None
+    if scaling != "none" and "original_max_position" in {  # The scalings that read it.
+        f.name for f in dataclasses.fields(scalings.scaling_class(scaling))}:
+      ft.pe.original_max_position = settings.train_len
     ft.data.train_len = settings.finetune_len
     ft.data.batch_size = max(1, int(config.data.batch_size) // settings.finetune_multiplier)
     ft.train.steps = settings.finetune_steps
@@ -292,7 +299,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   unigram = study_report.unigram_loss(str(base.data.name))
   report.section(
       "Setup",
-      f"Base model: RoPE (base {base.pe.rope_base}), {base.model.num_layers} layers, d_model "
+      f"Base model: RoPE (base {experiment_pe_base(base)}), {base.model.num_layers} layers, d_model "
       f"{base.model.d_model}, trained at L = {settings.train_len} for {settings.steps} steps "
       f"(seeds {list(settings.seeds)}; valid loss "
       + ", ".join(study_report.fmt(r.valid_loss, 3) for r in base_runs)

@@ -9,9 +9,11 @@ r"""Length extrapolation of every PE (Press et al. 2022, "Train Short, Test Long
 accelerator scale it up with e.g. ``python launch.py --study=extrapolation
 --config.model.d_model=512 --config.model.num_layers=8 --steps=5000``.)
 
-Trains one decoder per positional encoding (none, sinusoidal, learned, rope, alibi, t5) and seed
-at length L on the built-in stdlib byte corpus, then measures perplexity at 1x-16x L in both
+Trains one decoder per positional encoding and seed (every registered PE that can serve the
+study's decoder, :func:`study_pes`: a PE added as one file joins the study) at length L on the built-in stdlib byte corpus, then measures perplexity at 1x-16x L in both
 protocols of the ALiBi paper (``nonoverlap`` windows and ``sliding`` windows with stride L/4).
+A PE with a bounded table (a ``max_length``, e.g. the learned positions, sized L here) reports
+n/a past it.
 Writes ``report.md`` (tables, plots, expectation vs measured), ``results.json`` and
 ``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--config.study.runs_dir``.
 
@@ -31,7 +33,6 @@ from experiments import study_report
 from pejax import runtime_env
 
 STUDY = "extrapolation"
-PES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
 MODES = ("nonoverlap", "sliding")
 
 # Verdict thresholds (stated in the report next to each verdict).
@@ -53,7 +54,7 @@ class Settings:
     seeds: seeds per PE.
     multipliers: evaluation lengths as multiples of L.
     eval_tokens: validation tokens scored per (length, protocol).
-    pes: encodings compared.
+    pes: encodings compared; empty means :func:`study_pes` (every registered PE that can run).
   """
 
   train_len: int
@@ -61,7 +62,7 @@ class Settings:
   seeds: tuple
   multipliers: tuple
   eval_tokens: int
-  pes: tuple = PES
+  pes: tuple = ()
 
   @property
   def lengths(self) -> List[int]:
@@ -91,6 +92,39 @@ def settings_for(options: study_report.StudyOptions,
       eval_tokens=4096 if options.quick else 8192)
 
 
+def study_pes(base: ml_collections.ConfigDict) -> tuple:
+  """Every registered PE that can run the study: its default config serves ``base``'s decoder.
+
+  Any PE can be trained as a causal language model and evaluated past L (a dense-only PE is
+  evaluated densely at every length; a bounded table reports n/a past its size).
+
+  Args:
+    base: the study's base config.
+
+  Returns:
+    Registry names, sorted.
+  """
+  return study_report.runnable_pes(base)
+
+
+def bounded_pes(base: ml_collections.ConfigDict, pes: Sequence[str]) -> Dict[str, int]:
+  """``pe -> max_length`` for the PEs whose model in this study has a bounded table.
+
+  Args:
+    base: the study's base config.
+    pes: registry names.
+
+  Returns:
+    The PEs with a ``max_length`` (the learned table: ``data.train_len`` rows) and its value.
+  """
+  out = {}
+  for pe in pes:
+    limit = study_report.pe_max_length(pe_config(base, pe, 0))
+    if limit is not None:
+      out[pe] = limit
+  return out
+
+
 def pe_config(base: ml_collections.ConfigDict, pe: str, seed: int) -> ml_collections.ConfigDict:
   """``base`` with one PE and seed."""
   config = base.copy_and_resolve_references()
@@ -108,8 +142,7 @@ def evaluate_run(info: study_report.RunInfo, config: ml_collections.ConfigDict, 
 
   def compute():
     model = study_report.load_model(info.run_dir, config)
-    max_length = int(config.pe.max_position or config.data.train_len) if (
-        config.pe.name == "learned") else None
+    max_length = study_report.pe_max_length(config)  # A bounded (learned) table: n/a past it.
     results = eval_lib.perplexity_at_lengths(
         model, study_report.load_corpus(str(config.data.name)).valid, lengths=lengths,
         modes=modes, max_tokens=eval_tokens, max_length=max_length,
@@ -162,7 +195,8 @@ def _ratios_text(summary, pe: str, modes: Sequence[str], short: int, long: int) 
 
 
 def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
-             modes: Sequence[str] = MODES) -> List[study_report.Verdict]:
+             modes: Sequence[str] = MODES,
+             bounded: Optional[Mapping[str, int]] = None) -> List[study_report.Verdict]:
   """The ALiBi paper's claims checked on ``summary`` (from :func:`summarize`).
 
   Args:
@@ -170,6 +204,9 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
     train_len: L.
     max_len: the longest evaluated length.
     modes: protocols a claim must hold in (all of them).
+    bounded: ``pe -> table size`` of the PEs with a bounded table (:func:`bounded_pes`);
+      default: the registered PEs of ``summary`` whose PE class builds a ``max_length``, with
+      the study's table of ``train_len`` rows.
 
   Returns:
     One :class:`~experiments.study_report.Verdict` per claim whose PEs were evaluated.
@@ -193,15 +230,22 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
         _ratios_text(summary, "sinusoidal", modes, train_len, max_len),
         lambda: all_modes(lambda m: _ratio(summary, "sinusoidal", m, train_len, max_len)
                           >= SHARP_RATIO), note_if_not_held=SCALE_NOTE))
-  if have("learned"):
-    longer = [l for l in summary["learned"][modes[0]] if l > train_len]
+  if bounded is None:
+    bounded = {pe: train_len for pe in _bounded_by_capability(summary)}
+  bounded = {pe: size for pe, size in bounded.items() if pe in summary}
+  if bounded:
+    longer = {pe: [l for l in summary[pe][modes[0]] if l > size] for pe, size in bounded.items()}
+    names = ", ".join(sorted(bounded))
     out.append(study_report.verdict(
-        "Learned absolute positions cannot go past their table (n/a beyond L)",
-        "every length > L reports n/a and L itself is evaluated",
-        f"{len(longer)} longer lengths: " + ", ".join(
-            f"{l}: {summary['learned'][modes[0]][l]['status']}" for l in sorted(longer)),
-        lambda: (_mean(summary, "learned", modes[0], train_len) is not None and all(
-            summary["learned"][m][l]["status"] != "ok" for m in modes for l in longer))))
+        f"Absolute positions from a bounded table ({names}) cannot go past their table "
+        "(n/a beyond it)",
+        "every length > the table size reports n/a and L itself is evaluated",
+        "; ".join(f"{pe} (table {bounded[pe]}), {len(ls)} longer lengths: " + ", ".join(
+            f"{l}: {summary[pe][modes[0]][l]['status']}" for l in sorted(ls))
+                  for pe, ls in sorted(longer.items())),
+        lambda: all(_mean(summary, pe, modes[0], train_len) is not None and all(
+            summary[pe][m][l]["status"] != "ok" for m in modes for l in ls)
+                    for pe, ls in longer.items())))
   if have("rope"):
     out.append(study_report.verdict(
         "RoPE degrades past L (Press et al. 2022, Fig. 1)",
@@ -228,6 +272,22 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
         f"ALiBi is the best PE at {x}x L, in {' and '.join(modes)}",
         "; ".join(f"{m}: best {best(m)}" for m in modes),
         lambda: all_modes(lambda m: best(m) == "alibi")))
+  return out
+
+
+def _bounded_by_capability(names) -> List[str]:
+  """The registered names among ``names`` whose default PE has a ``max_length``."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from pejax.nn import DecoderConfig  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  out = []
+  for name in names:
+    if name not in registry.pe_names():
+      continue
+    model = DecoderConfig(pe=name, num_layers=1, d_model=16, num_heads=2)
+    pe = nnx.eval_shape(lambda: registry.build_pe(model.pe, model, rngs=nnx.Rngs(0)))
+    if pe.max_length is not None:
+      out.append(name)
   return out
 
 
@@ -284,6 +344,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
+  if not settings.pes:
+    settings = dataclasses.replace(settings, pes=study_pes(base))
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   report = study_report.Report("Length extrapolation of positional encodings", study=STUDY,
@@ -308,7 +370,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   summary = summarize(per_seed)
   report.add_runs([r for infos in runs.values() for r in infos])
   max_len = settings.lengths[-1]
-  for v in verdicts(summary, train_len=settings.train_len, max_len=max_len):
+  for v in verdicts(summary, train_len=settings.train_len, max_len=max_len,
+                    bounded=bounded_pes(base, settings.pes)):
     report.add_verdict(v)
 
   unigram = study_report.unigram_loss(str(base.data.name))

@@ -17,11 +17,12 @@ seed. Every trained model is then scored on every string size that fits ``4 L`` 
 * Randomized positions (Ruoss et al.): training positions are sorted samples of ``[0, 4 L)``;
   at evaluation the paper keeps sampling (an example of ``k`` bytes gets the first ``k`` of
   ``max(k, L)`` sorted samples, as in training); plain ``0 .. k - 1`` positions are reported too.
-  Combined with RoPE (relative) and the learned table (absolute: randomization is what trains
-  its rows past L). NoPE is not combined: it ignores positions, so randomizing them changes
-  nothing.
-* The learned table has ``4 L`` rows so that it can be evaluated at all (rows past L are
-  untrained unless positions are randomized).
+  Combined with every PE that reads positions (``<pe>+randomized``); NoPE (no hook) is not
+  combined: it ignores positions, so randomizing them changes nothing.
+* The PEs are every registered PE that can serve the study's decoder (:func:`study_variants`;
+  a PE added as one file joins the study), selected and grouped by their declared capabilities.
+  A PE with a bounded table (a ``max_length``: the learned positions) gets ``4 L`` rows so that
+  it can be evaluated at all (rows past L are untrained unless positions are randomized).
 
 References:
   Kazemnejad et al., "The Impact of Positional Encoding on Length Generalization in
@@ -46,20 +47,8 @@ from pejax import runtime_env
 
 STUDY = "length_generalization"
 TASKS = ("copy", "reverse")
-# Variant label -> (PE registry name, randomized positions).
-VARIANTS: Dict[str, tuple] = {
-    "none": ("none", False),
-    "sinusoidal": ("sinusoidal", False),
-    "learned": ("learned", False),
-    "rope": ("rope", False),
-    "alibi": ("alibi", False),
-    "t5": ("t5", False),
-    "rope+randomized": ("rope", True),
-    "learned+randomized": ("learned", True),
-}
-ABSOLUTE = ("sinusoidal", "learned")
-RELATIVE = ("t5", "alibi")
-RANDOMIZED_PAIRS = (("rope+randomized", "rope"), ("learned+randomized", "learned"))
+RANDOMIZED = "+randomized"  # Variant label suffix: ``rope+randomized`` is RoPE, sampled positions.
+BLIND_STEPS_MULTIPLIER = 6  # Position-blind PEs (NoPE) learn the tasks more slowly.
 FIT_THRESHOLD = 0.95  # In-distribution exact match a run must reach before its OOD counts.
 MARGIN = 0.02  # "better" means a higher median OOD accuracy by at least this much.
 EVAL_MULTIPLE = 4  # Sizes are evaluated up to what fits EVAL_MULTIPLE * L.
@@ -77,22 +66,29 @@ class Settings:
     steps: training steps per model.
     seeds: seeds per (task, variant).
     tasks: tasks to run.
-    variants: labels of ``VARIANTS`` to run.
+    variants: variant labels (a PE registry name, ``+randomized`` for sampled positions); empty
+      means :func:`study_variants` (every PE that can run the study).
     examples: evaluation examples per string size.
     steps_multiplier: variant -> factor on ``steps`` (NoPE must infer positions from the causal
       mask and learns the tasks more slowly; it gets more steps to reach the in-distribution
-      threshold, since only fitting runs are compared).
+      threshold, since only fitting runs are compared); ``None`` means ``blind_multiplier`` for
+      every position-blind variant (a PE without any hook).
+    blind_multiplier: the default factor of position-blind variants.
   """
 
   train_len: int
   steps: int
   seeds: tuple
   tasks: tuple = TASKS
-  variants: tuple = tuple(VARIANTS)
+  variants: tuple = ()
   examples: int = 32
-  steps_multiplier: tuple = (("none", 6),)
+  steps_multiplier: Optional[tuple] = None
+  blind_multiplier: int = BLIND_STEPS_MULTIPLIER
 
   def steps_for(self, variant: str) -> int:
+    if self.steps_multiplier is None:
+      blind = not pe_class_uses_positions(parse_variant(variant)[0])
+      return int(self.steps * (self.blind_multiplier if blind else 1))
     return int(self.steps * dict(self.steps_multiplier).get(variant, 1))
 
   @property
@@ -108,6 +104,83 @@ class Settings:
   def max_position(self) -> int:
     """Range of randomized positions and rows of the learned table."""
     return EVAL_MULTIPLE * self.train_len
+
+
+def parse_variant(variant: str) -> tuple:
+  """``"rope+randomized"`` -> ``("rope", True)``; ``"alibi"`` -> ``("alibi", False)``."""
+  if variant.endswith(RANDOMIZED):
+    return variant[:-len(RANDOMIZED)], True
+  return variant, False
+
+
+def _pe_class(name: str):
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  return registry.get_pe_class(name) if name in registry.pe_names() else None
+
+
+def pe_class_uses_positions(name: str) -> bool:
+  """Whether the registered PE ``name`` overrides any hook (NoPE: none; unknown names: True)."""
+  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+  cls = _pe_class(name)
+  if cls is None:
+    return True
+  return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+             for hook in ("embed", "rotate", "bias", "content_bias", "logits"))
+
+
+def _is_absolute(name: str) -> bool:
+  cls = _pe_class(name)
+  return bool(cls is not None and cls.absolute)
+
+
+def _is_relative_bias(name: str) -> bool:
+  """A translation-invariant bias of positions only (T5, ALiBi, KERPLE, Sandwich)."""
+  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+  cls = _pe_class(name)
+  return bool(cls is not None and cls.translation_invariant and not cls.content_aware
+              and cls.bias is not PositionalEncoding.bias
+              and cls.rotate is PositionalEncoding.rotate)
+
+
+def study_variants(base: ml_collections.ConfigDict, *, quick: bool = False) -> tuple:
+  """Every registered PE that can run the study, plus ``+randomized`` for those reading positions.
+
+  Quick mode keeps one PE of each kind (in registry order): position-blind, absolute without a
+  table, rotary translation-invariant, preferring one that takes a RoPE scaling (the family the
+  context-extension studies scale), and its randomized variant.
+
+  Args:
+    base: the study's base config.
+    quick: the small subset.
+
+  Returns:
+    Variant labels.
+  """
+  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+  names = study_report.runnable_pes(base)
+  if quick:
+    def first(pred):
+      scalable = lambda n: "scaling" in _pe_class(n).config_class.field_types()
+      ordered = sorted(names, key=lambda n: not scalable(n))  # Stable: registry order.
+      return next((n for n in ordered if pred(n, _pe_class(n))), None)
+    plain = lambda c: not (c.per_layer or c.content_aware or c.length_dependent)
+    picks = [
+        first(lambda n, c: not pe_class_uses_positions(n)),
+        first(lambda n, c: c.absolute and c.embed is not PositionalEncoding.embed
+              and not _table_bounded(base, n)),
+        first(lambda n, c: c.translation_invariant and plain(c)
+              and c.rotate is not PositionalEncoding.rotate and not c.causal_only),
+    ]
+    picks = [p for p in picks if p]
+    return tuple(picks) + tuple(p + RANDOMIZED for p in picks[-1:] if pe_class_uses_positions(p))
+  return names + tuple(n + RANDOMIZED for n in names if pe_class_uses_positions(n))
+
+
+def _table_bounded(base: ml_collections.ConfigDict, name: str) -> bool:
+  trial = base.copy_and_resolve_references()
+  with trial.unlocked():
+    trial.pe.name = name
+  return study_report.pe_max_length(trial) is not None
 
 
 def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
@@ -136,16 +209,16 @@ def settings_for(options: study_report.StudyOptions,
   if options.quick:
     return Settings(train_len=int(config.data.train_len), steps=int(config.train.steps),
                     seeds=tuple(options.seed_list((0,))), tasks=("copy",),
-                    variants=("none", "sinusoidal", "rope", "rope+randomized"), examples=16,
-                    steps_multiplier=(("none", 2),))
+                    variants=study_variants(config, quick=True), examples=16,
+                    blind_multiplier=2)
   return Settings(train_len=int(config.data.train_len), steps=int(config.train.steps),
-                  seeds=tuple(options.seed_list((0, 1, 2))))
+                  seeds=tuple(options.seed_list((0, 1, 2))), variants=study_variants(config))
 
 
 def variant_config(base: ml_collections.ConfigDict, settings: Settings, *, task: str,
                    variant: str, seed: int) -> ml_collections.ConfigDict:
   """``base`` with one task, PE variant and seed."""
-  pe, randomized = VARIANTS[variant]
+  pe, randomized = parse_variant(variant)
   config = base.copy_and_resolve_references()
   with config.unlocked():
     config.data.name = task
@@ -153,7 +226,8 @@ def variant_config(base: ml_collections.ConfigDict, settings: Settings, *, task:
     config.seed = int(seed)
     config.train.steps = settings.steps_for(variant)
     config.train.checkpoint_every = settings.steps_for(variant)
-    if pe == "learned":
+    if (study_report.pe_max_length(config) is not None  # A bounded table: 4L rows.
+        and "max_position" in _pe_class(pe).config_class.field_types()):
       config.pe.max_position = settings.max_position
     if randomized:
       config.pe.randomized_max_position = settings.max_position
@@ -362,16 +436,22 @@ def verdicts(summaries: Mapping[str, Mapping[str, Any]]) -> List[study_report.Ve
   """The published expectations, checked per task on median OOD accuracy over fitting seeds."""
   out = []
   for task, summary in summaries.items():
-    absolute = [v for v in ABSOLUTE if v in summary]
+    # Grouped by the capabilities the PE classes declare (plain variants only).
+    plain_variants = [v for v in summary if not parse_variant(v)[1]]
+    absolute = [v for v in plain_variants if _is_absolute(v)]
+    blind = [v for v in plain_variants if not pe_class_uses_positions(v)]
+    relative = [v for v in plain_variants if _is_relative_bias(v)]
     claims = [
         ("NoPE generalizes to longer inputs better than absolute PEs (Kazemnejad et al. 2023)",
-         ["none"], absolute),
+         blind, absolute),
         ("relative PEs (T5, ALiBi) generalize better than absolute PEs (Kazemnejad et al. 2023)",
-         [v for v in RELATIVE if v in summary], absolute),
+         relative, absolute),
     ]
-    for randomized, plain in RANDOMIZED_PAIRS:
-      claims.append((f"randomized positions improve length generalization of {plain} "
-                     "(Ruoss et al. 2023)", [randomized], [plain]))
+    for randomized in summary:
+      plain, is_randomized = parse_variant(randomized)
+      if is_randomized and plain in summary:
+        claims.append((f"randomized positions improve length generalization of {plain} "
+                       "(Ruoss et al. 2023)", [randomized], [plain]))
     for expectation, winners, losers in claims:
       if not winners or not losers or any(v not in summary for v in winners + losers):
         continue
@@ -462,6 +542,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
+  if not settings.variants:
+    settings = dataclasses.replace(settings, variants=study_variants(base))
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -590,7 +672,7 @@ def _write_report(report: study_report.Report, settings: Settings,
       f"{base.optim.warmup_steps}, cosine), batch {base.data.batch_size}, {settings.steps} steps "
       "per model" + "".join(f", {v}: {settings.steps_for(v)} steps (it learns more slowly: "
                            "positions must be inferred from the causal mask)"
-                           for v, _ in settings.steps_multiplier if v in settings.variants),
+                           for v in settings.variants if settings.steps_for(v) > settings.steps),
       f"- tasks: {', '.join(settings.tasks)} over a 26-letter alphabet; training rows of L = "
       f"{settings.train_len} tokens hold string sizes 1..{settings.train_size}; evaluation: every "
       f"size 1..{(settings.eval_len - 1) // 2} ({settings.examples} examples each) in rows of "
@@ -603,11 +685,12 @@ def _write_report(report: study_report.Report, settings: Settings,
       "sizes whose text is longer than L (up to 4L), also by band of text length.",
       f"- randomized positions (Ruoss et al. 2023): training positions are sorted samples of "
       f"[0, {settings.max_position}); evaluation keeps sampling (the paper's protocol; an "
-      "example of k bytes gets the first k of max(k, L) sorted samples). Combined with RoPE "
-      "(relative) and the learned table (absolute; randomization is what trains its rows past "
-      "L). Not combined with NoPE, which ignores positions.",
-      f"- the learned table has {settings.max_position} rows (rows past L are untrained without "
-      "randomization); T5 uses 32 buckets, max_distance 128.",
+      "example of k bytes gets the first k of max(k, L) sorted samples). Combined with "
+      "the PEs that read positions (for a bounded table it is what trains its rows past L). Not "
+      "combined with NoPE, which ignores positions.",
+      f"- a PE with a bounded table (learned positions) has {settings.max_position} rows (rows "
+      "past L are untrained without randomization); other PEs use their defaults (T5: 32 "
+      "buckets, max_distance 128).",
       f"- training time of the {len(run_dirs)} models on this machine (from their metrics logs, "
       f"compilation and evaluation excluded): {training_minutes(run_dirs):.0f} min",
       f"- loss level of uniform guessing over the alphabet: {CHANCE_LOSS:.3f} nats/answer byte "
@@ -628,7 +711,7 @@ def _write_report(report: study_report.Report, settings: Settings,
     arange = data["summary_arange_positions"]
     rand_rows = []
     for variant in summary:
-      if VARIANTS[variant][1]:
+      if parse_variant(variant)[1]:
         rand_rows.append([variant, _cell(summary[variant]["ood"], 3)
                           if summary[variant]["fit"] else "did not fit",
                           _cell(arange[variant]["ood"], 3) if arange[variant]["fit"]

@@ -328,19 +328,18 @@ def describe_losses(info: RunInfo) -> str:
 
 
 def load_model(run_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
-               rope_scaling: Any = None, use_config_scaling: bool = True):
-  """The trained decoder of ``run_dir``, optionally rebuilt with another RoPE scaling.
+               pe: Any = None):
+  """The trained decoder of ``run_dir``, optionally rebuilt with another PE config.
 
-  The weights do not depend on the scaling (it only changes the rotation frequencies), so a
+  The weights do not depend on a RoPE scaling (it only changes the rotation frequencies), so a
   zero-shot context extension is the trained state written into a decoder built with the new
-  scaling (as ``train_and_evaluate`` does for ``--config.eval.rope_scaling``).
+  scaling (as ``train_and_evaluate`` does for ``--config.eval.rope_scaling``); build ``pe``
+  with :func:`pejax.train.experiment.with_rope_scaling`.
 
   Args:
     run_dir: a finished run.
     config: the config it was trained with (checked against the checkpoint's).
-    rope_scaling: a ``pejax.encodings.rope_scaling`` dataclass used instead of the config's
-      when ``use_config_scaling`` is false (``None`` = plain RoPE).
-    use_config_scaling: keep the training scaling.
+    pe: PE config(s) used instead of the config's ``pe`` section (``None``: the config's).
 
   Returns:
     A :class:`pejax.nn.Decoder` holding the trained weights.
@@ -349,13 +348,98 @@ def load_model(run_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
   from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
   from pejax.train import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  model_config = experiment.decoder_config_from(config, rope_scaling=rope_scaling,
-                                                use_config_scaling=use_config_scaling)
+  model_config = experiment.decoder_config_from(config, pe=pe)
   model = Decoder(model_config, rngs=nnx.Rngs(params=0))
   directory = pathlib.Path(run_dir) / checkpoint_lib.CHECKPOINT_SUBDIR
   with checkpoint_lib.Checkpointer(directory, config=config) as ckpt:
     ckpt.restore(model)
   return model
+
+
+def layer_pes(config: ml_collections.ConfigDict) -> tuple:
+  """The PE instance of each layer of the decoder ``config`` describes, built abstractly.
+
+  Capabilities that an instance refines from its config (``max_length`` of a learned table,
+  ``length_dependent`` of a RoPE scaling) are read here without computing any parameter.
+
+  Args:
+    config: an experiment config.
+
+  Returns:
+    One :class:`~pejax.nn.PositionalEncoding` per layer (shape-only parameters).
+
+  Raises:
+    pejax.train.experiment.ConfigError: if the config cannot build a decoder.
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  model_config = experiment.decoder_config_from(config)
+  return tuple(nnx.eval_shape(lambda c=pe: registry.build_pe(c, model_config,
+                                                             rngs=nnx.Rngs(0)))
+               for pe in model_config.layer_pes)
+
+
+def pe_max_length(config: ml_collections.ConfigDict) -> Optional[int]:
+  """Largest position + 1 the config's PE can encode (its ``max_length``), ``None`` if unbounded.
+
+  Args:
+    config: an experiment config.
+
+  Returns:
+    The smallest ``max_length`` over the layers' PEs (a learned table's size), or ``None``.
+  """
+  limits = [pe.max_length for pe in layer_pes(config) if pe.max_length is not None]
+  return min(limits) if limits else None
+
+
+def uses_positions(config: ml_collections.ConfigDict) -> bool:
+  """Whether any layer's PE has a hook (NoPE has none: positions change nothing).
+
+  Args:
+    config: an experiment config.
+
+  Returns:
+    ``True`` if some hook of some layer's PE is overridden.
+  """
+  return any(pe.has_embed or pe.has_rotate or pe.has_bias or pe.has_content_bias
+             or pe.has_logits for pe in layer_pes(config))
+
+
+def runnable_pes(config: ml_collections.ConfigDict,
+                 accept: Optional[Callable[[Any], bool]] = None) -> tuple:
+  """Every registered PE that can serve the decoder of ``config``, in registry order.
+
+  A PE can when its default config (experiment defaults filled in, e.g. a learned table of
+  ``data.train_len`` rows) builds a decoder with the config's dimensions, and ``accept`` (a
+  predicate on the PE class, i.e. its capabilities) holds. A PE added as one file joins every
+  study that selects with this.
+
+  Args:
+    config: the study's base experiment config (its ``pe`` section is replaced per name).
+    accept: optional capability filter on the PE class.
+
+  Returns:
+    Registry names.
+  """
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  names = []
+  for name in registry.pe_names():
+    if accept is not None and not accept(registry.get_pe_class(name)):
+      continue
+    trial = config.copy_and_resolve_references()
+    with trial.unlocked():
+      for key in trial.pe.keys():
+        if key not in ("name", "randomized_max_position"):
+          trial.pe[key] = None
+      trial.pe.name = name
+    try:
+      experiment.decoder_config_from(trial)
+    except experiment.ConfigError:
+      continue
+    names.append(name)
+  return tuple(names)
 
 
 def cached(path: os.PathLike | str, key: Mapping[str, Any],

@@ -54,8 +54,19 @@ class VerdictTest(absltest.TestCase):
     ft = context_extension.finetune_config(base, info, "yarn", settings)
     self.assertEqual(ft.data.train_len * ft.data.batch_size,
                      base.data.train_len * base.data.batch_size)
-    self.assertEqual((ft.pe.rope_scaling, ft.pe.rope_factor), ("yarn", 4.0))
-    self.assertEqual(ft.pe.rope_original_max_position, base.data.train_len)
+    self.assertEqual((ft.pe.scaling, ft.pe.factor), ("yarn", 4.0))
+    self.assertEqual(ft.pe.original_max_position, base.data.train_len)
+    # The fine-tuned model's PE: YaRN x4 from the pre-training length.
+    from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+    pe = experiment.pe_config_from(ft)
+    self.assertEqual((pe.scaling.name, pe.scaling.factor, pe.scaling.original_max_position),
+                     ("yarn", 4.0, base.data.train_len))
+    # Linear has no original length: it is left unset (setting it would be an error).
+    linear = context_extension.finetune_config(base, info, "linear", settings)
+    self.assertIsNone(linear.pe.original_max_position)
+    self.assertEqual(experiment.pe_config_from(linear).scaling.factor, 4.0)
+    none = context_extension.finetune_config(base, info, "none", settings)
+    self.assertIsNone(experiment.pe_config_from(none).scaling)
     self.assertEqual(ft.train.init_from, "runs/base")
     self.assertEqual(ft.train.steps, round(0.15 * base.train.steps))
 

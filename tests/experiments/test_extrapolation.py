@@ -69,6 +69,30 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual((cell["min"], cell["max"], cell["n"]), (2.0, 4.0, 2))
 
 
+class SelectionTest(absltest.TestCase):
+  """The study runs every registered PE; bounded tables are found by capability."""
+
+  def test_every_registered_pe_and_the_bounded_tables(self):
+    from pejax.nn import pe_names  # pylint: disable=g-import-not-at-top
+    base = extrapolation.base_config(study_report.StudyOptions(quick=True))
+    pes = extrapolation.study_pes(base)
+    self.assertEqual(pes, pe_names())
+    bounded = extrapolation.bounded_pes(base, pes)
+    self.assertIn("learned", bounded)  # The learned table: data.train_len rows.
+    self.assertEqual(set(bounded.values()), {int(base.data.train_len)})
+    for pe in bounded:
+      self.assertIsNotNone(study_report.pe_max_length(extrapolation.pe_config(base, pe, 0)))
+
+  def test_bounded_default_comes_from_the_capability(self):
+    # verdicts() without ``bounded`` finds the learned table from its PE class, not its name.
+    statuses = _statuses({"learned": {L: 10.4, 16 * L: None}})
+    self.assertEqual(list(statuses.values()), [study_report.HELD])
+    self.assertEqual(extrapolation.verdicts(_summary({"rope": {L: 1.0, 16 * L: 2.0}}),
+                                            train_len=L, max_len=16 * L,
+                                            bounded={"rope": L})[0].status,
+                     study_report.NOT_HELD)
+
+
 class SmokeTest(absltest.TestCase):
 
   @pytest.mark.slow

@@ -101,6 +101,36 @@ class VerdictTest(absltest.TestCase):
     np.testing.assert_array_equal(plain[0], np.arange(8))
 
 
+class SelectionTest(absltest.TestCase):
+  """Variants come from the registry; kinds from the declared capabilities."""
+
+  def test_every_registered_pe_and_a_randomized_variant_of_those_reading_positions(self):
+    from pejax.nn import pe_names  # pylint: disable=g-import-not-at-top
+    base = lg.base_config(study_report.StudyOptions(quick=True))
+    variants = lg.study_variants(base)
+    self.assertContainsSubset(pe_names(), variants)
+    randomized = {lg.parse_variant(v)[0] for v in variants if lg.parse_variant(v)[1]}
+    self.assertEqual(randomized, set(pe_names()) - {"none"})  # NoPE has no hook.
+    self.assertEqual(lg.parse_variant("learned+randomized"), ("learned", True))
+
+  def test_quick_keeps_one_pe_per_kind(self):
+    options = study_report.StudyOptions(quick=True)
+    base = lg.base_config(options)
+    settings = lg.settings_for(options, base)
+    self.assertEqual(settings.variants, ("none", "sinusoidal", "rope", "rope+randomized"))
+    # Position-blind variants get more steps (found by capability: no hook).
+    self.assertEqual(settings.steps_for("none"), 2 * settings.steps)
+    self.assertEqual(settings.steps_for("rope"), settings.steps)
+
+  def test_bounded_table_gets_4l_rows_by_capability(self):
+    base = lg.base_config(study_report.StudyOptions(quick=True))
+    settings = lg.Settings(train_len=16, steps=1, seeds=(0,), variants=("learned", "rope"))
+    learned = lg.variant_config(base, settings, task="copy", variant="learned", seed=0)
+    self.assertEqual(study_report.pe_max_length(learned), settings.max_position)
+    other = lg.variant_config(base, settings, task="copy", variant="rope", seed=0)
+    self.assertIsNone(other.pe.max_position)
+
+
 class TinyStudyTest(absltest.TestCase):
 
   @pytest.mark.slow
