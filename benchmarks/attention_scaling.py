@@ -42,9 +42,11 @@ def run_case(impl: str, length: int, repeats: int, pe: str) -> dict:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from pejax.nn import Decoder, DecoderConfig  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
 
-  config = DecoderConfig(pe=pe, num_layers=2, d_model=128, num_heads=4, block_size=512,
-                         max_position=max(length, 1))
+  # The PE's defaults; a bounded (learned) table covers the length.
+  pe_config = registry.registry_entry(pe).make_config(context={"train_len": max(length, 1)})
+  config = DecoderConfig(pe=pe_config, num_layers=2, d_model=128, num_heads=4, block_size=512)
   model = Decoder(config, rngs=nnx.Rngs(0))
   forward = nnx.jit(lambda model, tokens: model(tokens, attention=impl))
   tokens = jax.random.randint(jax.random.key(0), (1, length), 0, 256, dtype=jnp.int32)

@@ -45,6 +45,7 @@ import ml_collections
 import numpy as np
 
 from pejax.nn import Decoder, DecoderConfig
+from pejax.nn.positional import registry
 from pejax.train import create_optimizer, make_train_step
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -61,8 +62,10 @@ def compile_times(args) -> list[dict]:
                                          (args.batch, args.length)),
            "loss_mask": jnp.ones((args.batch, args.length), jnp.float32)}
   for pe in args.pes.split(","):
-    config = DecoderConfig(pe=pe, num_layers=args.layers, d_model=args.d_model,
-                           num_heads=args.heads, max_position=args.length)
+    # The PE's defaults; a bounded (learned) table covers the length.
+    pe_config = registry.registry_entry(pe).make_config(context={"train_len": args.length})
+    config = DecoderConfig(pe=pe_config, num_layers=args.layers, d_model=args.d_model,
+                           num_heads=args.heads)
     model = Decoder(config, rngs=nnx.Rngs(0))
     optimizer = create_optimizer(model, ml_collections.ConfigDict(OPTIM), total_steps=1000)
     step = make_train_step()
