@@ -93,8 +93,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                     "that registers a PE with pejax.nn.register_pe (then --pe=<its name>).", **fv)
   flags.DEFINE_string("sliding_window", None, "Alias of --config.model.sliding_window.", **fv)
   flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
-                    "Alias of --config.pe.rope_scaling (training-time RoPE scaling).", **fv)
-  flags.DEFINE_float("rope_factor", None, "Alias of --config.pe.rope_factor.", **fv)
+                    "Alias of --config.pe.scaling (training-time RoPE scaling).", **fv)
+  flags.DEFINE_float("rope_factor", None, "Alias of --config.pe.factor.", **fv)
   flags.DEFINE_string("data", None, "Alias of --config.data.name.", **fv)
   flags.DEFINE_integer("train_len", None, "Alias of --config.data.train_len.", lower_bound=8,
                        **fv)

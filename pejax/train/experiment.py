@@ -456,7 +456,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     config: the experiment config, checked as a whole before any file is written.
 
   Raises:
-    ConfigError: naming the setting and what makes it ineffective (``pe.rope_scaling='yarn' has
+    ConfigError: naming the setting and what makes it ineffective (``pe.scaling='yarn' has
       no effect with pe.name='alibi'``), or the field and bad value (non-finite numbers, a
       workdir below a file).
   """

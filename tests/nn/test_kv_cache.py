@@ -94,8 +94,9 @@ class CacheModesTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("rope_post_rotation", dict(pe="rope", cache_rotated_keys=True)),
-      ("yarn_post_rotation", dict(pe=RotaryConfig(scaling=YaRNScaling(factor=4.0, original_max_position=8)),
-                                  cache_rotated_keys=True)),
+      ("yarn_post_rotation", dict(
+          pe=RotaryConfig(scaling=YaRNScaling(factor=4.0, original_max_position=8)),
+          cache_rotated_keys=True)),
       ("linear_pre_rotation", dict(pe=RotaryConfig(scaling=LinearScaling(2.0)))),
       ("t5_post_rotation_flag", dict(pe="t5", cache_rotated_keys=True)),
   )
