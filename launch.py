@@ -7,7 +7,7 @@ Examples (tests/test_doc_examples.py runs every one of them):
     python launch.py --config=experiments/configs/quick.py --config.model.num_layers=4
     python launch.py --pe=rope --config.eval.rope_scaling=yarn --config.eval.rope_factor=4
     python launch.py --rope_scaling=yarn --rope_factor=4 --config.pe.original_max_position=64
-    python launch.py --pe=kerple_log --config.pe.init_r1=0.5       # any field of any PE
+    python launch.py --pe=kerple_log --config.pe.r1_init_max=0.5   # any field of any PE
     python launch.py --pe=rope,rope,none --sliding_window=64,64,0  # per-layer PE pattern + SWA
     python launch.py --workdir=runs/alibi-L128 --pe=alibi
     python launch.py --workdir=runs/alibi-L128 --eval_only --eval_lens=256,512 --eval_name=long

@@ -149,6 +149,9 @@ class DocExamplesTest(absltest.TestCase):
       self.assertTrue(config.mesh.spec or config.mesh.distributed)
       return
     tiny = TINY_EVAL if "--eval_only" in args else TINY
+    pattern = [a.split("=", 1)[1].split(",") for a in args if a.startswith("--pe=")]
+    if pattern and len(pattern[-1]) > 1 and tiny is TINY:  # A per-layer PE pattern: a layer
+      tiny = [*TINY, f"--config.model.num_layers={len(pattern[-1])}"]  # per entry.
     self.assertEqual(launch.run(["launch.py", *args, *tiny]), 0, command)
 
 

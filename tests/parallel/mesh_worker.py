@@ -158,7 +158,10 @@ def mode_check(out: pathlib.Path) -> dict:
       nnx.state(optimizer, nnx.optimizer.OptVariable))})
   results["checkpoint"] = {
       "losses": losses, "directory": str(directory), "batch": str(out / "batch_2.npz"),
-      "model_config": dataclasses.asdict(model_config("rope")),
+      # JSON-safe: the PE as its registry name and flat fields (pejax.nn.pe_config rebuilds it).
+      "model_config": {**dataclasses.asdict(model_config("rope")),
+                       "pe": model_config("rope").pe_name,
+                       "pe_fields": model_config("rope").pe.fields()},
       "optim_config": optim_config().to_dict(), "total_steps": STEPS,
       "other_mesh": dict(other_mesh.shape), "other_mesh_loss": other_loss,
       "other_mesh_query_spec": str(model.blocks[0].attention.query.kernel[...].sharding.spec),

@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from pejax.nn import Decoder, DecoderConfig
+from pejax.nn import Decoder, DecoderConfig, pe_config
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import experiment
 from pejax.train import optimizer as optimizer_lib
@@ -97,7 +97,9 @@ class MeshTrainingTest(parameterized.TestCase):
 
   def test_mesh_checkpoint_restores_on_one_device_and_continues(self):
     r = self.results["checkpoint"]
-    config = DecoderConfig(**r["model_config"])
+    fields = dict(r["model_config"])
+    pe = pe_config(fields.pop("pe"), **fields.pop("pe_fields"))
+    config = DecoderConfig(**fields, pe=pe)
     optim = ml_collections.ConfigDict(r["optim_config"])
     model = Decoder(config, rngs=nnx.Rngs(params=123))  # Other values: the restore must win.
     optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=r["total_steps"])
