@@ -41,7 +41,15 @@ SHAW_MAX_DISTANCE = 16  # The clipping distance k of the paper's experiments.
 _MAX_CLIP = 2 ** 29
 
 
-def _check_max_distance(max_distance: Any) -> int:
+def check_max_distance(max_distance: Any) -> int:
+  """``max_distance`` as an int in ``[0, 2**29]``, else ``ValueError`` naming it.
+
+  Args:
+    max_distance: the clipping distance k.
+
+  Returns:
+    ``int(max_distance)``.
+  """
   max_distance = arg_checks.check_nonnegative_int("max_distance", max_distance)
   if max_distance > _MAX_CLIP:
     raise ValueError(f"max_distance must be <= {_MAX_CLIP}, got {max_distance}")
@@ -78,7 +86,7 @@ def shaw_relative_index(
     Shaw et al. 2018, "Self-Attention with Relative Position Representations", arXiv:1803.02155.
   """
   q_positions, k_positions, _ = arg_checks.check_query_key_positions(q_positions, k_positions)
-  return _relative_index(q_positions, k_positions, _check_max_distance(max_distance))
+  return _relative_index(q_positions, k_positions, check_max_distance(max_distance))
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -132,7 +140,7 @@ def shaw_query_scores(q: Any, table: Any) -> jnp.ndarray:
     raise ValueError(
         f"table must have shape [2k + 1, D] or [H, 2k + 1, D] with D = {q.shape[-1]} and "
         f"H = {q.shape[2]} (from q), got shape {table.shape}")
-  _check_max_distance((table.shape[-2] - 1) // 2)
+  check_max_distance((table.shape[-2] - 1) // 2)
   return _query_scores(q, table)
 
 
@@ -189,7 +197,7 @@ def shaw_bias_from_scores(
     raise ValueError(
         f"the batch of the positions {batch_shape} must broadcast with the queries' batch "
         f"{scores.shape[:1]}") from None
-  max_distance = _check_max_distance((scores.shape[-1] - 1) // 2)
+  max_distance = check_max_distance((scores.shape[-1] - 1) // 2)
   return _gather(scores, q_positions, k_positions, max_distance)
 
 

@@ -61,6 +61,27 @@ def t5_relative_position_bucket(
     ValueError: if `relative_position` is not an integer array or a hyper-parameter is invalid.
   """
   relative_position = arg_checks.check_integer_array("relative_position", relative_position)
+  num_buckets, max_distance = check_bucket_settings(
+      num_buckets=num_buckets, max_distance=max_distance, bidirectional=bidirectional)
+  per_direction = num_buckets // 2 if bidirectional else num_buckets
+  return _bucket(relative_position, bool(bidirectional), per_direction, max_distance)
+
+
+def check_bucket_settings(*, num_buckets: int, max_distance: int,
+                          bidirectional: bool) -> tuple[int, int]:
+  """Validates T5 bucket hyper-parameters in plain Python (no array, no XLA backend).
+
+  Args:
+    num_buckets: buckets (>= 2; even and >= 4 when bidirectional).
+    max_distance: distance of the last bucket, > the number of exact buckets.
+    bidirectional: whether keys after the query get their own buckets.
+
+  Returns:
+    ``(num_buckets, max_distance)`` as ints.
+
+  Raises:
+    ValueError: naming the invalid argument and value.
+  """
   num_buckets = arg_checks.check_positive_int("num_buckets", num_buckets)
   max_distance = arg_checks.check_positive_int("max_distance", max_distance)
   if bidirectional:
@@ -74,7 +95,7 @@ def t5_relative_position_bucket(
   if max_distance <= max_exact:
     raise ValueError(
         f"max_distance must be > {max_exact} (the number of exact buckets), got {max_distance}")
-  return _bucket(relative_position, bool(bidirectional), per_direction, max_distance)
+  return num_buckets, max_distance
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))

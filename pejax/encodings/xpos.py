@@ -48,8 +48,15 @@ DEFAULT_GAMMA = 0.4  # Sun et al. 2022: zeta_i = (i / (d/2) + 0.4) / 1.4.
 DEFAULT_SCALE_BASE = 512.0  # Sun et al. 2022 (and x-transformers / torchscale): gamma = 512.
 
 
-def _check_gamma(gamma: Any) -> float:
-  """``gamma`` must be a finite number >= 0 (0 makes ``zeta_0 = 0``: a zero query channel)."""
+def check_gamma(gamma: Any) -> float:
+  """``gamma`` must be a positive finite number (0 makes ``zeta_0 = 0``: a zero query channel).
+
+  Args:
+    gamma: xPos's offset of the decay bases.
+
+  Returns:
+    ``float(gamma)``.
+  """
   if gamma == 0:
     raise ValueError(f"gamma must be a positive finite number (zeta_0 = gamma / (1 + gamma) "
                      f"must be > 0), got {gamma!r}")
@@ -70,7 +77,7 @@ def xpos_zeta(rotary_dim: int, *, gamma: float = DEFAULT_GAMMA) -> Array:
     Sun et al. 2022, arXiv 2212.10554, Eq. (5).
   """
   rotary_dim = arg_checks.check_even("rotary_dim", rotary_dim)
-  gamma = _check_gamma(gamma)
+  gamma = check_gamma(gamma)
   # (2i + gamma R) / ((1 + gamma) R): the op order of x-transformers / torchscale, in float64
   # then rounded once.
   i2 = np.arange(0, rotary_dim, 2, dtype=np.float64)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
-import numpy as np
 
+from pejax.encodings import arg_checks
 from pejax.encodings.sandwich import sandwich_bias
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
@@ -39,8 +39,11 @@ class SandwichConfig(PEConfig):
   base: float = 10000.0
 
   def __post_init__(self):
-    zero = np.zeros((1,), np.int32)
-    sandwich_bias(zero, zero, num_heads=1, dim=self.dim, base=self.base)  # Names dim / base.
+    # Plain-Python checks: building a config must not start the XLA backend (a multi-process
+    # run initializes jax.distributed after the config exists).
+    arg_checks.check_even("dim", self.dim)
+    if arg_checks.check_positive_float("base", self.base) <= 1.0:
+      raise ValueError(f"base must be > 1, got {self.base!r}")
 
 
 @register_pe("sandwich")

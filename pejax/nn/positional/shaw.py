@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from flax import nnx
 import jax
-import numpy as np
 
+from pejax.encodings import shaw as shaw_lib
 from pejax.encodings.shaw import SHAW_MAX_DISTANCE
 from pejax.encodings.shaw import shaw_bias_from_scores
 from pejax.encodings.shaw import shaw_query_scores
-from pejax.encodings.shaw import shaw_relative_index
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 if TYPE_CHECKING:
@@ -49,8 +48,8 @@ class ShawConfig(PEConfig):
   per_head_tables: bool = False
 
   def __post_init__(self):
-    zero = np.zeros((1,), np.int32)
-    shaw_relative_index(zero, zero, max_distance=self.max_distance)  # Names max_distance.
+    # Plain Python (no XLA backend at config time): the bound shaw_relative_index enforces.
+    shaw_lib.check_max_distance(self.max_distance)
     if not isinstance(self.per_head_tables, bool):
       raise ValueError(f"per_head_tables must be a bool, got {self.per_head_tables!r}")
 

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
-import numpy as np
 
 from pejax.encodings.t5_bias import T5RelativeBias
-from pejax.encodings.t5_buckets import t5_relative_position_bucket
+from pejax.encodings.t5_buckets import check_bucket_settings
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
 if TYPE_CHECKING:
@@ -41,9 +40,10 @@ class T5Config(PEConfig):
   bidirectional: bool = False
 
   def __post_init__(self):
-    t5_relative_position_bucket(  # Raises ValueError naming num_buckets / max_distance.
-        np.zeros((), np.int32), bidirectional=self.bidirectional,
-        num_buckets=self.num_buckets, max_distance=self.max_distance)
+    # Plain Python: building a config must not start the XLA backend (jax.distributed comes
+    # after the config in a multi-process run).
+    check_bucket_settings(num_buckets=self.num_buckets, max_distance=self.max_distance,
+                          bidirectional=self.bidirectional)
 
 
 @register_pe("t5")

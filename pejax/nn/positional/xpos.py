@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
+from pejax.encodings import xpos as xpos_lib
 from pejax.encodings.rope import LAYOUTS, RopeConfig, rope_inv_freq
 from pejax.encodings.xpos import DEFAULT_GAMMA, DEFAULT_SCALE_BASE, apply_xpos, xpos_zeta
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
@@ -60,7 +61,7 @@ class XposConfig(PEConfig):
       raise ValueError(f"base must be greater than 1, got {self.base}")
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
     arg_checks.check_positive_float("scale_base", self.scale_base)
-    xpos_zeta(2, gamma=self.gamma)  # Names gamma.
+    xpos_lib.check_gamma(self.gamma)  # Plain Python: no XLA backend at config time.
     for name in ("centered", "bidirectional"):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -282,3 +282,20 @@ class PatternsTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+def test_configs_do_not_start_the_xla_backend():
+  """A multi-process run calls jax.distributed.initialize after building its config; JAX refuses
+  once any computation has started the backend, so config validation must be plain Python."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ("from jax._src import xla_bridge\n"
+          "from pejax import experiment_config\n"
+          "from pejax.nn.positional import registry\n"
+          "experiment_config.get_default_config()\n"
+          "for name in registry.pe_names():\n"
+          "  registry.pe_config(name)\n"
+          "  assert not xla_bridge.backends_are_initialized(), name\n"
+          "print('ok')\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
