@@ -111,9 +111,12 @@ class FirePE(PositionalEncoding):
     Returns:
       float32 ``[..., Lq, Lk, H]``.
     """
-    hidden = jax.nn.relu(distance[..., None] * self.kernel_1[...] + self.bias_1[...])
-    return jnp.einsum("...w,wh->...h", hidden, self.kernel_2[...],
-                      precision=jax.lax.Precision.HIGHEST) + self.bias_2[...]
+    lead = (1,) * distance.ndim  # Explicit ranks (callers may forbid rank promotion).
+    hidden = jax.nn.relu(distance[..., None] * self.kernel_1[...].reshape(lead + (-1,))
+                         + self.bias_1[...].reshape(lead + (-1,)))
+    out = jnp.einsum("...w,wh->...h", hidden, self.kernel_2[...],
+                     precision=jax.lax.Precision.HIGHEST)
+    return out + self.bias_2[...].reshape(lead + (-1,))
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
     """FIRE's bias with this layer's MLP, c and threshold.
