@@ -592,7 +592,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
         enabled=bool(mesh_settings.distributed),
         coordinator_address=str(mesh_settings.coordinator_address or ""),
         num_processes=int(mesh_settings.num_processes), process_id=int(mesh_settings.process_id),
-        log=log)
+        heartbeat_timeout_s=mesh_settings.heartbeat_timeout_s, log=log)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if not parallel.is_coordinator():  # Process 0 prints and writes the reports.
