@@ -263,11 +263,21 @@ class _RandomizedPositions:
   def __iter__(self):
     return self
 
+  @property
+  def batch_size(self):
+    return self.inner.batch_size
+
+  def select_rows(self, rows):
+    """Only ``rows`` of each batch (multi-process); positions are drawn for the global batch."""
+    self.inner.select_rows(rows)
+
   def __next__(self):
     batch = dict(next(self.inner))
-    b, l = batch["inputs"].shape
+    l = batch["inputs"].shape[1]
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self._step)
-    batch["positions"] = np.asarray(self._sample(key, b, l))
+    rows = getattr(self.inner, "rows", None)
+    positions = np.asarray(self._sample(key, int(self.inner.batch_size), l))
+    batch["positions"] = positions if rows is None else positions[rows]
     self._step += 1
     return batch
 
@@ -626,6 +636,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
       stack.enter_context(parallel.mesh_context(mesh))
       train_iter = parallel.ShardedBatches(train_iter, mesh)
       log(f"mesh: {dict(mesh.shape)} over {parallel.process_summary()}")
+      if jax.process_count() > 1 and train_iter.rows is not None:  # Every process says it.
+        print(f"data: process {jax.process_index()} of {jax.process_count()} loads rows "
+              f"{train_iter.rows.start}:{train_iter.rows.stop} of each global batch of "
+              f"{train_iter.global_rows}", flush=True)
     return _train_and_evaluate_on(
         config, model_config=model_config, mesh=mesh, train_iter=train_iter, corpus=corpus,
         is_task=is_task, workdir=workdir, train_len=train_len,
