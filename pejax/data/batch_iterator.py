@@ -89,8 +89,9 @@ class BatchIterator(abc.ABC):
       ValueError: if `rows` is not such a slice (no step).
     """
     if rows is not None:
-      start, stop, stride = rows.indices(self.batch_size)
-      if stride != 1 or not 0 <= start < stop <= self.batch_size or rows.step not in (None, 1):
+      start = 0 if rows.start is None else rows.start
+      stop = self.batch_size if rows.stop is None else rows.stop
+      if rows.step not in (None, 1) or not 0 <= start < stop <= self.batch_size:
         raise ValueError(
             f"rows must be a slice within [0, batch_size={self.batch_size}) without a step, got "
             f"{rows!r}")

@@ -112,6 +112,12 @@ class LocalCluster:
     echo: called with each prefixed output line (e.g. ``print``); ``None`` keeps quiet.
     port: coordinator port; default :func:`free_port`.
 
+  Attributes:
+    processes: the ``subprocess.Popen`` of each process (after :meth:`start`).
+    coordinator_address: ``127.0.0.1:<port>`` (after :meth:`start`).
+    started_at: ``time.monotonic()`` when :meth:`start` ran; :attr:`ProcessResult.seconds`
+      counts from it.
+
   Raises:
     ValueError: on ``num_processes`` or ``devices_per_process`` below 1.
   """
@@ -140,7 +146,7 @@ class LocalCluster:
     self._readers: list[threading.Thread] = []
     self._ended: list[Optional[float]] = []
     self._killed: list[bool] = []
-    self._started = 0.0
+    self.started_at = 0.0
 
   def argv(self, process_id: int) -> list[str]:
     """The command line of process ``process_id`` (after :meth:`start` chose the port).
@@ -189,7 +195,7 @@ class LocalCluster:
     if self.port is None:
       self.port = free_port()
     self.coordinator_address = f"127.0.0.1:{self.port}"
-    self._started = time.monotonic()
+    self.started_at = time.monotonic()
     for i in range(self.num_processes):
       proc = subprocess.Popen(self.argv(i), cwd=self.cwd, env=self.env(i),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -302,7 +308,7 @@ class LocalCluster:
     return results
 
   def _note_exits(self) -> None:
-    now = time.monotonic() - self._started
+    now = time.monotonic() - self.started_at
     for i, proc in enumerate(self.processes):
       if self._ended[i] is None and proc.poll() is not None:
         self._ended[i] = now

@@ -10,7 +10,8 @@ every process at every step boundary, so all of them see the same answer at the 
 Why not JAX's own preemption sync point (``multihost_utils.reached_preemption_sync_point``)? It
 listens to SIGTERM only, in a C++ handler that Python's ``signal.signal`` (SIGINT / SIGTERM stop
 handling, :mod:`pejax.train.signals`) replaces, and agrees on a step only after a polling interval
-of one second; the all-gather costs one small collective per step (measured in the README) and
+of one second; the all-gather costs one small collective per step (5.6 ms median on 2 processes x
+4 fake CPU devices sharing 2 loaded cores, about 3% of the tiny test model's step there) and
 serves every stop request alike.
 """
 
@@ -47,7 +48,8 @@ def agree_on_stop(requested: Optional[str]) -> Optional[str]:
 
   Returns:
     ``None`` when no process has a request; else the request of the lowest-numbered process that
-    has one, as a signal name (a non-signal request reads ``"request"``). Equal on every process.
+    has one, as a signal name (a non-signal request reads ``"request"`` when several processes
+    run). Equal on every process.
   """
   if jax.process_count() == 1:
     return requested
@@ -56,6 +58,4 @@ def agree_on_stop(requested: Optional[str]) -> Optional[str]:
   first = next((int(c) for c in codes if c), 0)
   if not first:
     return None
-  if first == _code(requested):
-    return requested
   return signal.Signals(first).name if first != _OTHER_REQUEST else "request"

@@ -702,6 +702,9 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
                   signal=train_result.stop_reason)
     log(f"stopped by {train_result.stop_reason} at step {train_result.final_step}: checkpoint "
         "saved, evaluation skipped; re-run the same command to resume")
+    if jax.process_count() > 1:  # Every process says it (they agreed on the step).
+      print(f"process {jax.process_index()} of {jax.process_count()}: stopped by "
+            f"{train_result.stop_reason} at step {train_result.final_step}", flush=True)
     return ExperimentResult(workdir, train_result, {}, [], "", unigram)
   if train_result.stop_reason:
     log(f"stopped early ({train_result.stop_reason}) at step {train_result.final_step}")
