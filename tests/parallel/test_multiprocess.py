@@ -137,9 +137,33 @@ class MultiProcessLaunchTest(absltest.TestCase):
         if p.name.isdigit())
     cls.resumed = timed("resumed", lambda: _run(d["preempted"]))
     cls.lost, cls.loss_detected_s = timed("lost", lambda: cls._lose_process(d["lost"]))
-    print("multi-process runs (s):", {k: round(v, 1) for k, v in cls.seconds.items()},
-          "preemption:", cls.preemption, "lost process detected after (s):",
-          round(cls.loss_detected_s, 2))
+    print("multi-process figures:", json.dumps(cls._figures()))
+
+  @classmethod
+  def _figures(cls):
+    """What the tests check, as numbers (printed with ``pytest -s``)."""
+    d = cls.dirs
+
+    def rel(a, b):
+      return float(np.max(np.abs(a - b) / np.abs(b)))
+
+    figures = {"seconds": {k: round(v, 1) for k, v in cls.seconds.items()},
+               "lost_process_detected_after_s": round(cls.loss_detected_s, 2),
+               "preemption": dict(cls.preemption, stopped_at_step=cls.preempted_status.get("step"),
+                                  signal_after_step=1)}
+    try:
+      two = _losses(d["two_proc"])
+      figures["max_rel_loss_diff"] = {
+          "two_proc_vs_one_proc_8dev": rel(two, _losses(d["one_proc"])),
+          "two_proc_vs_one_device": rel(two, _losses(d["one_device"])),
+          "restore_2_to_1_vs_two_proc_steps_9_12": rel(_losses(d["restore_2_to_1"])[8:], two[8:]),
+          "restore_1_to_2_vs_one_proc_steps_9_12": rel(_losses(d["restore_1_to_2"])[8:],
+                                                       _losses(d["one_proc"])[8:]),
+          "resumed_vs_two_proc": rel(_losses(d["preempted"]), two)}
+      figures["losses_two_proc"] = [round(float(x), 6) for x in two]
+    except (OSError, ValueError) as e:  # The tests report what is missing.
+      figures["error"] = str(e)
+    return figures
 
   @classmethod
   def _preempt(cls, workdir):
