@@ -595,9 +595,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     pejax.train.NonFiniteLossError: when the loss becomes NaN/Inf (last good checkpoint kept).
   """
   started = time.time()
-  check_config(config)
   mesh_settings = _mesh_settings(config)
-  try:
+  try:  # First: jax.distributed must start before anything touches a device.
     parallel.initialize_distributed(
         enabled=bool(mesh_settings.distributed),
         coordinator_address=str(mesh_settings.coordinator_address or ""),
@@ -605,6 +604,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
         heartbeat_timeout_s=mesh_settings.heartbeat_timeout_s, log=log)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  check_config(config)
   if not parallel.is_coordinator():  # Process 0 prints and writes the reports.
     log = lambda line: None
   train_len = int(config.data.train_len)
