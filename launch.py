@@ -56,6 +56,12 @@ ALIASES = {
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
 }
+# Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
+ALIASES.update({
+    "coordinator_address": "mesh.coordinator_address", "num_processes": "mesh.num_processes",
+    "process_id": "mesh.process_id", "mesh": "mesh.spec",
+    "heartbeat_timeout": "mesh.heartbeat_timeout_s",
+})
 # What a study sweeps itself: a study command may not set these.
 STUDY_OWNED = ("pe.name", "seed", "data.name", "pe.scaling", "pe.factor", "eval.",
                "train.resume")
@@ -102,6 +108,20 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_list("eval_lens", None, "Alias of --config.eval.lens.", **fv)
   flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
   flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
+  _define_mesh_flags(fv)
+
+
+def _define_mesh_flags(fv: Dict[str, Any]) -> None:
+  """The multi-process aliases (``ALIASES``' mesh entries)."""
+  flags.DEFINE_string("mesh", None, "Alias of --config.mesh.spec (e.g. data=4,model=2).", **fv)
+  flags.DEFINE_string("coordinator_address", None, "Alias of --config.mesh.coordinator_address "
+                      "(host:port of process 0).", **fv)
+  flags.DEFINE_integer("num_processes", None, "Alias of --config.mesh.num_processes.",
+                       lower_bound=1, **fv)
+  flags.DEFINE_integer("process_id", None, "Alias of --config.mesh.process_id.", lower_bound=0,
+                       **fv)
+  flags.DEFINE_integer("heartbeat_timeout", None, "Alias of --config.mesh.heartbeat_timeout_s "
+                       "(seconds before a silent process counts as lost).", lower_bound=1, **fv)
 
 
 def import_pe_modules(argv: Sequence[str]) -> None:

@@ -139,6 +139,7 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.mesh.coordinator_address = ""  # host:port of process 0; empty = environment / detect.
   config.mesh.num_processes = 0  # Processes of a multi-host run; 0 = detect.
   config.mesh.process_id = -1  # This process's index in [0, num_processes); -1 = detect.
+  config.mesh.heartbeat_timeout_s = 100  # Seconds without heartbeat before a process is lost.
   return config
 
 

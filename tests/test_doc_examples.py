@@ -13,6 +13,9 @@ What "runs" means per kind of command:
     with tiny settings (a real --quick study takes minutes).
   * commands that need devices or hosts this machine lacks (a mesh of 8 devices, a multi-host
     ``--config.mesh.distributed`` / coordinator start): flags parsed and config resolved.
+  * ``python -m pejax.parallel.local_cluster ... -- python launch.py ...`` (several processes on
+    this machine, with their own fake devices): run to the end, the tiny model appended to the
+    launch.py part.
 Usage synopses (text with ``<placeholder>``, ``[optional]`` or ``...`` parts) and non-pejax commands
 (pip, pytest, tensorboard, srun/gcloud wrappers are unwrapped to their launch.py part) are not
 commands to run.
@@ -31,6 +34,7 @@ import pytest
 
 import launch
 from pejax import compare
+from pejax.parallel import local_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STUDIES = ("extrapolation", "context_extension", "length_generalization", "passkey_scaling",
@@ -55,7 +59,8 @@ def _command_lines(text: str) -> list[str]:
       commands.append(line)
   found = []
   for line in commands:
-    match = re.search(r"python (launch\.py|-m (?:pejax\.compare|experiments\.\w+))(.*)", line)
+    match = re.search(r"python (launch\.py|-m (?:pejax\.compare|pejax\.parallel\.local_cluster|"
+                      r"experiments\.\w+))(.*)", line)
     if not match:
       continue
     command = (match.group(0).split(" #")[0]).strip().rstrip('"')
@@ -84,7 +89,7 @@ def documented_commands() -> list[tuple[str, str]]:
 def _needs_absent_devices(args: list[str]) -> bool:
   joined = " ".join(args)
   return ("mesh.distributed" in joined or "coordinator_address" in joined
-          or re.search(r"mesh\.spec=\S*(data=(?!1\b)|model=|fsdp=)", joined) is not None)
+          or re.search(r"(mesh\.spec|--mesh)=\S*(data=(?!1\b)|model=|fsdp=)", joined) is not None)
 
 
 class DocExamplesTest(absltest.TestCase):
@@ -123,6 +128,16 @@ class DocExamplesTest(absltest.TestCase):
       self.assertNotEmpty(runs, command)
       self.assertEqual(compare.main(runs + ["--out=compare.png"]), 0)
       self.assertTrue(os.path.exists("compare.png"))
+      return
+    if words[1] == "-m" and words[2] == "pejax.parallel.local_cluster":
+      # The laptop multi-process command runs for real: N processes of launch.py on 127.0.0.1.
+      split = args.index("--")
+      inner = [str(ROOT / "launch.py") if w == "launch.py" else w for w in args[split + 1:]]
+      self.assertEqual(inner[1], str(ROOT / "launch.py"), command)
+      with mock.patch.dict(os.environ, {  # As in tests/parallel/test_multiprocess.py.
+          "PEJAX_NO_RUNTIME_ENV": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}):
+        code = local_cluster.main([*args[1:split], "--timeout_s=300", "--", *inner, *TINY])
+      self.assertEqual(code, 0, command)
       return
     if words[1] == "-m" and words[2] == "experiments.image_grid":
       # Its own package and flags (no training config); tests/experiments/test_image_grid.py

@@ -38,6 +38,7 @@ class BatchIterator(abc.ABC):
     self.batch_size = arg_checks.check_positive_int("batch_size", batch_size)
     self.seq_len = arg_checks.check_positive_int("seq_len", seq_len)
     self._step = 0
+    self._rows: slice | None = None
 
   @abc.abstractmethod
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
@@ -58,6 +59,49 @@ class BatchIterator(abc.ABC):
     Returns:
       A dict of the iterator kind and its data parameters (seed, batch size, length, ...).
     """
+
+  def rows_at(self, step: int, rows: slice) -> dict[str, np.ndarray]:
+    """Rows `rows` of batch number `step`: `batch_at(step)[k][rows]` for every entry `k`.
+
+    The base class draws the whole batch and slices it; an iterator that can build a few rows
+    without the others (a corpus: gather only those windows) overrides this.
+
+    Args:
+      step: Non-negative batch index.
+      rows: `slice(start, stop)` within `[0, B)`.
+
+    Returns:
+      The `batch_at` entries restricted to those rows, `[stop - start, L]` each.
+    """
+    return {key: value[rows] for key, value in self.batch_at(step).items()}
+
+  def select_rows(self, rows: slice | None) -> None:
+    """From now on `next()` yields only rows `rows` of each global batch (`None`: all rows).
+
+    What one process of a multi-process run loads (:class:`pejax.parallel.ShardedBatches` calls
+    it with the rows its devices hold). The state (`get_state`) is unchanged: it counts global
+    batches, so a checkpoint resumes on any number of processes.
+
+    Args:
+      rows: `slice(start, stop)` with `0 <= start < stop <= B`, or `None`.
+
+    Raises:
+      ValueError: if `rows` is not such a slice (no step).
+    """
+    if rows is not None:
+      start = 0 if rows.start is None else rows.start
+      stop = self.batch_size if rows.stop is None else rows.stop
+      if rows.step not in (None, 1) or not 0 <= start < stop <= self.batch_size:
+        raise ValueError(
+            f"rows must be a slice within [0, batch_size={self.batch_size}) without a step, got "
+            f"{rows!r}")
+      rows = slice(start, stop)
+    self._rows = rows
+
+  @property
+  def rows(self) -> slice | None:
+    """The rows `next()` yields (`None`: the whole batch); see :meth:`select_rows`."""
+    return self._rows
 
   def rng(self, step: int) -> np.random.Generator:
     """The generator of batch `step`: `np.random.default_rng([seed, step])`.
@@ -83,7 +127,10 @@ class BatchIterator(abc.ABC):
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    batch = self.batch_at(self._step)
+    if self._rows is None:
+      batch = self.batch_at(self._step)
+    else:
+      batch = self.rows_at(self._step, self._rows)
     self._step += 1
     return batch
 

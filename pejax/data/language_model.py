@@ -68,14 +68,30 @@ class LanguageModelIterator(batch_iterator.BatchIterator):
       int32 `inputs`, `targets`, `positions` `[B, L]` and float32 `loss_mask` `[B, L]` (all
       ones) as numpy arrays.
     """
+    return self.rows_at(step, slice(0, self.batch_size))
+
+  def rows_at(self, step: int, rows: slice) -> dict[str, np.ndarray]:
+    """Rows `rows` of batch `step`, reading only their windows of the corpus.
+
+    All `B` window starts of the batch are drawn (so the rows are those of the global batch),
+    but only the selected windows are read.
+
+    Args:
+      step: Non-negative batch index.
+      rows: `slice(start, stop)` within `[0, B)`.
+
+    Returns:
+      int32 `inputs`, `targets`, `positions` and float32 `loss_mask`, `[stop - start, L]` each.
+    """
     rng = self.rng(step)
-    starts = rng.integers(0, self.tokens.size - self.seq_len, size=self.batch_size)
+    starts = rng.integers(0, self.tokens.size - self.seq_len, size=self.batch_size)[rows]
     windows = self.tokens[starts[:, None] + self._offsets].astype(np.int32)
+    count = len(starts)
     positions = np.broadcast_to(
-        np.arange(self.seq_len, dtype=np.int32)[None, :], (self.batch_size, self.seq_len))
+        np.arange(self.seq_len, dtype=np.int32)[None, :], (count, self.seq_len))
     return {
         "inputs": np.ascontiguousarray(windows[:, :-1]),
         "targets": np.ascontiguousarray(windows[:, 1:]),
         "positions": np.array(positions),
-        "loss_mask": np.ones((self.batch_size, self.seq_len), dtype=np.float32),
+        "loss_mask": np.ones((count, self.seq_len), dtype=np.float32),
     }

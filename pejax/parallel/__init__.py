@@ -20,6 +20,7 @@ from pejax.parallel.batch_sharding import ShardedBatches
 from pejax.parallel.batch_sharding import batch_sharding
 from pejax.parallel.batch_sharding import process_rows
 from pejax.parallel.batch_sharding import shard_batch
+from pejax.parallel.batch_sharding import shard_process_rows
 from pejax.parallel.distributed import initialize_distributed
 from pejax.parallel.distributed import is_coordinator
 from pejax.parallel.distributed import process_summary
@@ -33,6 +34,7 @@ from pejax.parallel.logical_axes import partitioned
 from pejax.parallel.mesh import check_mesh_fits
 from pejax.parallel.mesh import make_mesh
 from pejax.parallel.mesh import parse_mesh_spec
+from pejax.parallel.multiprocess import agree_on_stop
 from pejax.parallel.state_sharding import shard_module
 from pejax.parallel.state_sharding import state_shardings
 
@@ -41,6 +43,7 @@ __all__ = [
     "MESH_AXES",
     "ShardedBatches",
     "active_mesh",
+    "agree_on_stop",
     "batch_sharding",
     "check_mesh_fits",
     "constrain",
@@ -55,5 +58,6 @@ __all__ = [
     "process_summary",
     "shard_batch",
     "shard_module",
+    "shard_process_rows",
     "state_shardings",
 ]

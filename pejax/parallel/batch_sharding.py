@@ -2,10 +2,10 @@
 
 Axes: B global batch, L length.
 
-Every process draws the *global* batch ``step`` from the seeded data iterator (batch ``i`` is a
-pure function of ``(seed, i)``, so all processes agree without communicating), keeps only the
-rows its devices hold (process ``p`` of ``N``: rows ``[p * B / N, (p + 1) * B / N)`` with the
-usual device order) and assembles the global array with
+Batch ``step`` of the seeded data iterator is a pure function of ``(seed, i)``, so all processes
+agree on it without communicating. Each process loads only the rows its devices hold (process
+``p`` of ``N``: rows ``[p * B / N, (p + 1) * B / N)`` with the usual device order; a corpus
+iterator reads only those windows) and the global array is assembled with
 ``jax.make_array_from_process_local_data``. The global batch is therefore the same for any
 number of processes and any mesh: a run on a pod sees exactly the batches of a one-device run.
 """
@@ -89,6 +89,40 @@ def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules=LOGICAL_AXIS_RULES) 
   return out
 
 
+def shard_process_rows(local_batch: Mapping[str, Any], mesh: Mesh, *, global_rows: int,
+                       rules=LOGICAL_AXIS_RULES) -> dict[str, Any]:
+  """Global arrays from this process's rows only (:func:`process_rows` of the batch sharding).
+
+  Args:
+    local_batch: dict of ``[b, ...]`` host arrays, ``b`` = this process's rows of the global batch.
+    mesh: the mesh.
+    global_rows: B, the global batch size.
+    rules: logical axis rules.
+
+  Returns:
+    dict of ``[B, ...]`` ``jax.Array`` with :func:`batch_sharding`; non-array entries pass
+    through.
+
+  Raises:
+    ValueError: if an entry does not have the number of rows this process holds.
+  """
+  out = {}
+  for key, value in local_batch.items():
+    if not hasattr(value, "shape") or np.ndim(value) == 0:
+      out[key] = value
+      continue
+    value = np.asarray(value)
+    sharding = batch_sharding(mesh, value.ndim, rules)
+    global_shape = (global_rows,) + value.shape[1:]
+    rows = process_rows(sharding, global_shape)
+    if value.shape[0] != rows.stop - rows.start:
+      raise ValueError(
+          f"batch[{key!r}] has {value.shape[0]} rows but this process holds rows "
+          f"[{rows.start}, {rows.stop}) of the global batch of {global_rows}")
+    out[key] = jax.make_array_from_process_local_data(sharding, value, global_shape)
+  return out
+
+
 def _as_tuple(axes: Any) -> tuple[str, ...]:
   if axes is None or axes is PartitionSpec.UNCONSTRAINED:
     return ()
@@ -96,26 +130,47 @@ def _as_tuple(axes: Any) -> tuple[str, ...]:
 
 
 class ShardedBatches:
-  """Wraps a ``pejax.data`` batch iterator: yields :func:`shard_batch` of its global batches.
+  """Wraps a ``pejax.data`` batch iterator: yields its batches as global arrays on ``mesh``.
+
+  An iterator that can load part of a batch (``select_rows(rows)`` and ``batch_size``, as every
+  :class:`pejax.data.BatchIterator`) is told this process's rows (:attr:`rows`) and loads only
+  those; the global arrays are assembled from each process's rows
+  (:func:`shard_process_rows`). Any other iterator yields global batches, which
+  :func:`shard_batch` slices.
 
   ``get_state`` / ``set_state`` pass through (the state is the global step, the same on every
   process), so checkpoints resume exactly on any mesh or process count.
 
   Args:
-    inner: iterator of global host batches with ``get_state`` / ``set_state``.
+    inner: iterator of host batches with ``get_state`` / ``set_state``.
     mesh: the mesh.
+
+  Attributes:
+    rows: ``slice(start, stop)`` of each global batch this process loads, or ``None`` when the
+      iterator yields whole batches.
+    global_rows: the global batch size B (``None`` when the iterator yields whole batches).
   """
 
   def __init__(self, inner: Iterator[Mapping[str, Any]], mesh: Mesh, rules=LOGICAL_AXIS_RULES):
     self.inner = inner
     self.mesh = mesh
     self.rules = rules
+    self.rows: slice | None = None
+    self.global_rows: int | None = None
+    batch_size = getattr(inner, "batch_size", None)
+    if hasattr(inner, "select_rows") and isinstance(batch_size, int):
+      self.global_rows = batch_size
+      self.rows = process_rows(batch_sharding(mesh, 2, rules), (batch_size, 1))
+      inner.select_rows(self.rows)
 
   def __iter__(self) -> ShardedBatches:
     return self
 
   def __next__(self) -> dict[str, Any]:
-    return shard_batch(next(self.inner), self.mesh, self.rules)
+    if self.rows is None:
+      return shard_batch(next(self.inner), self.mesh, self.rules)
+    return shard_process_rows(next(self.inner), self.mesh, global_rows=self.global_rows,
+                              rules=self.rules)
 
   def get_state(self) -> dict[str, Any]:
     """The wrapped iterator's state.

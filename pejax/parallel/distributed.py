@@ -20,7 +20,7 @@ import jax
 
 def initialize_distributed(*, enabled: bool = False, coordinator_address: str = "",
                            num_processes: int = 0, process_id: int = -1,
-                           log=print) -> bool:
+                           heartbeat_timeout_s: int = 100, log=print) -> bool:
   """Starts JAX's distributed runtime when asked to; a no-op for single-process runs.
 
   Initializes when ``enabled`` is true, when ``coordinator_address`` or ``num_processes > 1``
@@ -32,14 +32,21 @@ def initialize_distributed(*, enabled: bool = False, coordinator_address: str = 
     coordinator_address: ``host:port`` of process 0.
     num_processes: number of processes; 0 = detect.
     process_id: this process's index in ``[0, num_processes)``; -1 = detect.
+    heartbeat_timeout_s: seconds without a heartbeat after which the coordination service
+      declares a process lost and every other process stops with an error (instead of waiting
+      forever in a collective).
     log: receives one line describing the topology.
 
   Returns:
     ``True`` if the distributed runtime was initialized by this call or earlier.
 
   Raises:
-    ValueError: on an out-of-range ``process_id`` / ``num_processes``.
+    ValueError: on an out-of-range ``process_id`` / ``num_processes`` /
+      ``heartbeat_timeout_s``.
   """
+  if isinstance(heartbeat_timeout_s, bool) or int(heartbeat_timeout_s) != heartbeat_timeout_s or (
+      heartbeat_timeout_s < 1):
+    raise ValueError(f"heartbeat_timeout_s must be an integer >= 1, got {heartbeat_timeout_s!r}")
   if num_processes < 0:
     raise ValueError(f"num_processes must be >= 0 (0 = detect), got {num_processes}")
   if process_id < -1 or (num_processes and process_id >= num_processes):
@@ -55,7 +62,8 @@ def initialize_distributed(*, enabled: bool = False, coordinator_address: str = 
   jax.distributed.initialize(
       coordinator_address=coordinator_address or None,
       num_processes=num_processes or None,
-      process_id=None if process_id < 0 else process_id)
+      process_id=None if process_id < 0 else process_id,
+      heartbeat_timeout_seconds=int(heartbeat_timeout_s))
   log(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}, "
       f"{jax.local_device_count()} local / {jax.device_count()} global devices")
   return True

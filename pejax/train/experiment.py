@@ -324,11 +324,21 @@ class _RandomizedPositions:
   def __iter__(self):
     return self
 
+  @property
+  def batch_size(self):
+    return self.inner.batch_size
+
+  def select_rows(self, rows):
+    """Only ``rows`` of each batch (multi-process); positions are drawn for the global batch."""
+    self.inner.select_rows(rows)
+
   def __next__(self):
     batch = dict(next(self.inner))
-    b, l = batch["inputs"].shape
+    l = batch["inputs"].shape[1]
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self._step)
-    batch["positions"] = np.asarray(self._sample(key, b, l))
+    rows = getattr(self.inner, "rows", None)
+    positions = np.asarray(self._sample(key, int(self.inner.batch_size), l))
+    batch["positions"] = positions if rows is None else positions[rows]
     self._step += 1
     return batch
 
@@ -625,16 +635,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
     pejax.train.NonFiniteLossError: when the loss becomes NaN/Inf (last good checkpoint kept).
   """
   started = time.time()
-  check_config(config)
   mesh_settings = _mesh_settings(config)
-  try:
+  try:  # First: jax.distributed must start before anything touches a device.
     parallel.initialize_distributed(
         enabled=bool(mesh_settings.distributed),
         coordinator_address=str(mesh_settings.coordinator_address or ""),
         num_processes=int(mesh_settings.num_processes), process_id=int(mesh_settings.process_id),
-        log=log)
+        heartbeat_timeout_s=mesh_settings.heartbeat_timeout_s, log=log)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  check_config(config)
   if not parallel.is_coordinator():  # Process 0 prints and writes the reports.
     log = lambda line: None
   train_len = int(config.data.train_len)
@@ -666,6 +676,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
       stack.enter_context(parallel.mesh_context(mesh))
       train_iter = parallel.ShardedBatches(train_iter, mesh)
       log(f"mesh: {dict(mesh.shape)} over {parallel.process_summary()}")
+      if jax.process_count() > 1 and train_iter.rows is not None:  # Every process says it.
+        print(f"data: process {jax.process_index()} of {jax.process_count()} loads rows "
+              f"{train_iter.rows.start}:{train_iter.rows.stop} of each global batch of "
+              f"{train_iter.global_rows}", flush=True)
     return _train_and_evaluate_on(
         config, model_config=model_config, mesh=mesh, train_iter=train_iter, corpus=corpus,
         is_task=is_task, workdir=workdir, train_len=train_len,
@@ -728,6 +742,9 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
                   signal=train_result.stop_reason)
     log(f"stopped by {train_result.stop_reason} at step {train_result.final_step}: checkpoint "
         "saved, evaluation skipped; re-run the same command to resume")
+    if jax.process_count() > 1:  # Every process says it (they agreed on the step).
+      print(f"process {jax.process_index()} of {jax.process_count()}: stopped by "
+            f"{train_result.stop_reason} at step {train_result.final_step}", flush=True)
     return ExperimentResult(workdir, train_result, {}, [], "", unigram)
   if train_result.stop_reason:
     log(f"stopped early ({train_result.stop_reason}) at step {train_result.final_step}")

@@ -25,6 +25,7 @@ import jax
 from absl import logging
 from flax import nnx
 
+from pejax import parallel
 from pejax.encodings import arg_checks
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import metrics as metrics_lib
@@ -151,7 +152,10 @@ def train(
   model and optimizer have (another mesh, or one device).
 
   Graceful stop: SIGINT / SIGTERM (with ``handle_signals``) make the loop save a checkpoint at the
-  next step boundary and return with ``stop_reason`` set to the signal name.
+  next step boundary and return with ``stop_reason`` set to the signal name. In a multi-process
+  run a signal to any one process stops every process at the same step boundary (one all-gather
+  of the stop flags per step, :func:`pejax.parallel.agree_on_stop`), so they save one consistent
+  checkpoint; only process 0 writes ``metrics.jsonl``.
 
   NaN guard: a non-finite loss or gradient norm raises :class:`NonFiniteLossError` before
   anything of that state is logged or saved; the checkpoints on disk are all from earlier steps.
@@ -219,12 +223,14 @@ def train(
       log_fn(f"resumed from checkpoint step {start_step} in {checkpointer.directory}")
     last_checkpoint_step = start_step if latest is not None else None
 
-    # Multi-process runs: process 0 owns metrics.jsonl, the others write beside it.
-    metrics_dir = workdir if jax.process_index() == 0 else os.path.join(
-        workdir, f"process_{jax.process_index()}")
-    writer = stack.enter_context(metrics_lib.MetricsWriter(
-        metrics_dir, resume_step=start_step if latest is not None else None,
-        tensorboard=bool(train_config.get("tensorboard", False))))
+    # Multi-process runs: process 0 writes metrics.jsonl (and TensorBoard); the others compute
+    # the same records (the metrics are global arrays) and write nothing.
+    if jax.process_index() == 0:
+      writer = stack.enter_context(metrics_lib.MetricsWriter(
+          workdir, resume_step=start_step if latest is not None else None,
+          tensorboard=bool(train_config.get("tensorboard", False))))
+    else:
+      writer = metrics_lib.DiscardingWriter()
     stop = signals_lib.StopRequest()
     if handle_signals:
       stack.enter_context(stop)
@@ -283,15 +289,18 @@ def train(
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
             for k, v in eval_metrics.items()))
 
+      # Every process leaves at the same step: the first process's request (by id) counts.
+      stop_request = parallel.agree_on_stop(
+          (stop.signal_name or "request") if stop.requested else None)
       if ((checkpoint_every and step % checkpoint_every == 0) or step == total_steps
-          or stop.requested or exhausted):
+          or stop_request or exhausted):
         if checkpointer.save(
             step, model=model, optimizer=optimizer, data_state=data_state):
           logging.info("checkpoint step %d saving to %s", step, checkpointer.directory)
         last_checkpoint_step = step
 
-      if stop.requested:
-        stop_reason = stop.signal_name or "request"
+      if stop_request:
+        stop_reason = stop_request
         log_fn(f"stopped by {stop_reason} at step {step}; checkpoint saved")
         break
       if exhausted:

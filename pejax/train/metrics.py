@@ -167,3 +167,36 @@ class MetricsWriter:
 
   def __exit__(self, *exc_info: Any) -> None:
     self.close()
+
+
+class DiscardingWriter:
+  """A :class:`MetricsWriter` stand-in that writes nothing (processes other than 0).
+
+  :meth:`write` returns the record it would have written, so every process keeps the same
+  history.
+  """
+
+  tensorboard_enabled = False
+
+  def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Builds the record :meth:`MetricsWriter.write` would append, and discards it.
+
+    Args:
+      step: Optimizer step the metrics belong to.
+      split: ``"train"``, ``"eval"``, ...
+      metrics: Names to numbers.
+
+    Returns:
+      The record.
+    """
+    return {"step": int(step), "split": str(split), "wall_time": time.time(),
+            "metrics": _to_json_value(metrics)}
+
+  def close(self) -> None:
+    """Nothing to close."""
+
+  def __enter__(self) -> DiscardingWriter:
+    return self
+
+  def __exit__(self, *exc_info: Any) -> None:
+    self.close()
