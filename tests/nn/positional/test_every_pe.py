@@ -187,6 +187,45 @@ class UserPETest(absltest.TestCase):
       interface._REGISTRY.pop("test_scaled_alibi", None)  # pylint: disable=protected-access
 
 
+class UserPEModuleTest(absltest.TestCase):
+  """launch.py --pe_module=<module> registers a user PE before the flags are defined."""
+
+  def test_launch_reaches_a_user_pe_and_its_fields(self):
+    import sys  # pylint: disable=g-import-not-at-top
+    import launch  # pylint: disable=g-import-not-at-top
+    from pejax.nn.positional import interface  # pylint: disable=g-import-not-at-top
+    directory = self.create_tempdir()
+    directory.create_file("pejax_user_pe_example.py", content=(
+        "import dataclasses\n"
+        "import jax.numpy as jnp\n"
+        "from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class DecayConfig(PEConfig):\n"
+        "  decay_rate: float = 1.0\n"
+        "@register_pe('user_decay')\n"
+        "class DecayPE(PositionalEncoding):\n"
+        "  config_class = DecayConfig\n"
+        "  translation_invariant = True\n"
+        "  def bias(self, q_positions, k_positions):\n"
+        "    d = (q_positions[:, None, :, None] - k_positions[:, None, None, :])\n"
+        "    return -self.config.decay_rate * jnp.abs(d).astype(jnp.float32)\n"))
+    sys.path.insert(0, directory.full_path)
+    try:
+      argv = ["launch.py", "--pe_module=pejax_user_pe_example", "--pe=user_decay",
+              "--config.pe.decay_rate=0.25"]
+      values = flags.FlagValues()
+      launch.define_flags(values, argv)
+      values(argv)
+      config, _, _ = launch.resolve_config(values)
+      pe = experiment.pe_config_from(config)
+      self.assertEqual((type(pe).__name__, pe.decay_rate), ("DecayConfig", 0.25))
+      self.assertEqual(experiment.decoder_config_from(config).pe_name, "user_decay")
+    finally:
+      sys.path.remove(directory.full_path)
+      interface._REGISTRY.pop("user_decay", None)  # pylint: disable=protected-access
+      sys.modules.pop("pejax_user_pe_example", None)
+
+
 class PatternsTest(parameterized.TestCase):
   """Per-layer PE patterns, sliding windows and query scaling, on every attention path."""
 
