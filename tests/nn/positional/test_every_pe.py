@@ -288,10 +288,15 @@ class PatternsTest(parameterized.TestCase):
     positions = jnp.arange(64, dtype=jnp.int32)[None]
     out = blockwise_attention(q, k, k, q_positions=positions, k_positions=positions,
                               block_size=8, window=8)
-    text = jax.jit(lambda q, k: blockwise_attention(
-        q, k, k, q_positions=positions, k_positions=positions, block_size=8, window=8)).lower(
-            q, k).as_text()
-    self.assertIn("case", text)  # The lax.switch that skips unseen tiles.
+    # Tile kinds (0 skipped, 1 unmasked, 2 masked) for query tile 5 (slots 40..47), window 8:
+    # key tiles 0-3 lie entirely before every query's window and are skipped, tile 4 (32..39)
+    # and tile 5 (the diagonal) are partly visible, tiles 6-7 are in the future.
+    import importlib  # pylint: disable=g-import-not-at-top
+    bw = importlib.import_module("pejax.nn.blockwise_attention")
+    static = bw._Static(causal=True, segments=False, bq=8, bk=8, head_dim=8,  # pylint: disable=protected-access
+                        prescaled=True, bias_fn=None, window=8)
+    kinds = [int(bw._tile_kind(static, 5, j, 0, 64)) for j in range(8)]  # pylint: disable=protected-access
+    self.assertEqual(kinds, [0, 0, 0, 0, 2, 2, 0, 0])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(8.0)
     i, j = np.arange(64)[:, None], np.arange(64)[None]
     mask = (j <= i) & (j > i - 8)
