@@ -207,6 +207,9 @@ def _gather(scores: jnp.ndarray, q_positions: jnp.ndarray, k_positions: jnp.ndar
   """Validated `[B, Lq, H, 2k + 1]`, positions -> `[B, H, Lq, Lk]` float32."""
   scores = jnp.swapaxes(scores.astype(jnp.float32), 1, 2)  # [B, H, Lq, 2k + 1]
   index = _relative_index(q_positions, k_positions, max_distance)  # [B | 1, Lq, Lk]
+  if index.shape[0] == 1:  # Positions shared by the batch: one [Lq, Lk] index, no broadcast.
+    rows = jnp.arange(index.shape[1], dtype=jnp.int32)[:, None]
+    return scores[:, :, rows, index[0]]
   batch = max(scores.shape[0], index.shape[0])
   num_heads, lq, lk = scores.shape[1], index.shape[1], index.shape[2]
   index = jnp.broadcast_to(index[:, None], (batch, num_heads, lq, lk))
