@@ -202,14 +202,21 @@ def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
-  for label, points in series.items():
+  # More series than the 10 colours of the cycle: every 10 series change the dash pattern and
+  # the marker too, so that no two lines look alike.
+  many = len(series) > 10
+  palette = plt.get_cmap("tab10").colors
+  for index, (label, points) in enumerate(series.items()):
     pts = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
     if not pts:
       continue
     xs = [p[0] for p in pts]
-    (line,) = ax.plot(xs, [p[1] for p in pts], (styles or {}).get(label, "-"),
-                      marker="o" if len(pts) < 20 else None, markersize=3, label=label,
-                      color=(colors or {}).get(label))
+    style = (styles or {}).get(label, ("-", "--", ":")[index // 10 % 3] if many else "-")
+    color = (colors or {}).get(label, palette[index % 10] if many else None)
+    marker = ("o", "s", "^")[index // 10 % 3] if many else "o"
+    (line,) = ax.plot(xs, [p[1] for p in pts], style,
+                      marker=marker if len(pts) < 20 else None, markersize=3, label=label,
+                      color=color)
     bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
     if bands and any(p[2] != p[3] for p in bands):
       ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
@@ -239,7 +246,7 @@ def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
   ax.set_ylabel(ylabel)
   ax.set_title(title)
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=7)
+  ax.legend(fontsize=7, ncol=2 if many else 1)
   fig.tight_layout()
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
