@@ -18,6 +18,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.cope import CopeConfig
 from pejax.nn.positional.cope import CopePE
 from pejax.nn.positional.registry import registry_entry
+import pytest
 
 _GOLDENS = json.loads((pathlib.Path(__file__).parents[2] / "encodings" /
                        "xtransformers_goldens.json").read_text())["cope"]
@@ -47,6 +48,7 @@ class CopePETest(absltest.TestCase):
         np.testing.assert_allclose(got, np.asarray(case["bias"], np.float32), rtol=1e-5,
                                    atol=1e-5)
 
+  @pytest.mark.slow
   def test_zero_initialized_cope_is_nope_and_trained_cope_sees_order(self):
     config = dict(_TINY, num_layers=1)
     cope = Decoder(DecoderConfig(pe="cope", **config), rngs=nnx.Rngs(0))

@@ -304,6 +304,7 @@ class PatternsTest(parameterized.TestCase):
     chex.assert_trees_all_close(out, want, atol=2e-5)
 
   @parameterized.named_parameters(("logn", "logn"), ("ssmax", "ssmax"))
+  @pytest.mark.slow
   def test_query_scaling_combines_with_any_pe(self, scaling):
     for name in ("rope", "alibi"):
       model = _model(name, query_scaling=scaling, query_scaling_length=4)

@@ -13,6 +13,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.fire import FireConfig
 from pejax.nn.positional.fire import FirePE
 from pejax.nn.positional.registry import registry_entry
+import pytest
 
 _TINY = dict(num_layers=3, d_model=32, num_heads=4, vocab_size=32)
 
@@ -85,6 +86,7 @@ class FirePETest(absltest.TestCase):
     self.assertLen({id(pe) for pe in pes}, 3)
     self.assertFalse(np.allclose(pes[0].kernel_2[...], pes[1].kernel_2[...]))
 
+  @pytest.mark.slow
   def test_gradients_reach_c_threshold_and_mlp_of_every_layer(self):
     model = Decoder(DecoderConfig(pe="fire", **_TINY, attention="dense"), rngs=nnx.Rngs(0))
     for pe in model.layer_pes():

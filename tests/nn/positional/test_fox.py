@@ -20,6 +20,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.fox import FoxConfig
 from pejax.nn.positional.fox import FoxPE
 from pejax.nn.positional.registry import registry_entry
+import pytest
 
 _GOLDENS = json.loads((pathlib.Path(__file__).parents[2] / "encodings" /
                        "xtransformers_goldens.json").read_text())["data_dependent_alibi"]
@@ -66,6 +67,7 @@ class FoxPETest(parameterized.TestCase):
     rest, _ = pe.features(x[:, 5:], None, positions[:, 5:], cache=(buffer, jnp.int32(5)))
     np.testing.assert_allclose(rest, full[:, 5:], rtol=1e-5, atol=1e-5)
 
+  @pytest.mark.slow
   def test_decoder_without_pe_still_sees_order(self):
     # NoPE attention is permutation-invariant over earlier tokens; the forget gates are not.
     model = Decoder(DecoderConfig(pe="fox", **{**_TINY, "num_layers": 1}), rngs=nnx.Rngs(0))

@@ -14,6 +14,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.kerple import KerpleConfig
 from pejax.nn.positional.kerple import KerplePE
 from pejax.nn.positional.registry import registry_entry
+import pytest
 
 
 def _model(pe, **kwargs):
@@ -96,6 +97,7 @@ class KerplePETest(parameterized.TestCase):
       np.testing.assert_allclose(bias[0, h], expected, rtol=2e-6, atol=1e-6)
 
   @parameterized.named_parameters(("log", "kerple_log"), ("power", "kerple_power"))
+  @pytest.mark.slow
   def test_gradients_reach_every_layers_parameters(self, name):
     model = Decoder(_model(name), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (2, 12), 0, 32)

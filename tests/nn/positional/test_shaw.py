@@ -14,6 +14,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.registry import registry_entry
 from pejax.nn.positional.shaw import ShawConfig
 from pejax.nn.positional.shaw import ShawPE
+import pytest
 
 _TINY = dict(num_layers=3, d_model=32, num_heads=4, vocab_size=32)
 
@@ -79,6 +80,7 @@ class ShawPETest(parameterized.TestCase):
       used = np.any(grad != 0, axis=-1)
       self.assertTrue(np.all(used[5:17]) and not np.any(used[17:]))
 
+  @pytest.mark.slow
   def test_model_depends_on_positions_only_through_offsets(self):
     model = Decoder(DecoderConfig(pe="shaw", **_TINY), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (1, 20), 0, 32)

@@ -16,6 +16,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.registry import registry_entry
 from pejax.nn.positional.xpos import XposConfig
 from pejax.nn.positional.xpos import XposPE
+import pytest
 
 _TINY = dict(num_layers=2, d_model=32, num_heads=4, num_kv_heads=2, vocab_size=32)
 
@@ -70,6 +71,7 @@ class XposPETest(parameterized.TestCase):
                  rngs=nnx.Rngs(0))
     self.assertFalse(bool(jnp.all(jnp.isfinite(self._scores(raw, positions, positions)))))
 
+  @pytest.mark.slow
   def test_decoder_decode_matches_full_forward(self):
     model = Decoder(DecoderConfig(pe="xpos", **_TINY), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 32, dtype=jnp.int32)
