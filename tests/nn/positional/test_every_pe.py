@@ -140,6 +140,11 @@ class EveryPETest(parameterized.TestCase):
       experiment.pe_config_from(config)
     del kind
 
+  @parameterized.named_parameters(*CASES)
+  def test_unknown_field_is_named(self, name):
+    with self.assertRaisesRegex(ValueError, "no field 'no_such_field'"):
+      registry.pe_config(name, no_such_field=1)
+
   def test_unknown_pe_lists_the_names(self):
     with self.assertRaisesRegex(ValueError, "pe must be one of .*'rope'"):
       DecoderConfig(pe="nope")
