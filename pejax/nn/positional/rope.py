@@ -112,8 +112,9 @@ class RotaryConfig(PEConfig):
     context = context or {}
     unknown = sorted(set(values) - set(cls.field_types()))
     if unknown:
+      scaling_fields = sorted(set(cls.field_types()) - set(_OWN_FIELDS))
       raise ValueError(f"RotaryConfig has no field {unknown[0]!r}; fields: "
-                       f"{list(_OWN_FIELDS)} and the scalings' {sorted(set(cls.field_types()) - set(_OWN_FIELDS))}")
+                       f"{list(_OWN_FIELDS)} and the scalings' {scaling_fields}")
     own = {k: v for k, v in values.items() if k in _OWN_FIELDS}
     rest = {k: v for k, v in values.items() if k not in _OWN_FIELDS}
     name = own.pop("scaling", None)

@@ -163,7 +163,8 @@ class UserPETest(absltest.TestCase):
   """A PE registered from user code reaches DecoderConfig and the experiment config."""
 
   def test_register_from_user_code(self):
-    from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
 
     @dataclasses.dataclass(frozen=True)
     class ScaledAlibiConfig(PEConfig):
@@ -298,9 +299,11 @@ class PatternsTest(parameterized.TestCase):
     # and tile 5 (the diagonal) are partly visible, tiles 6-7 are in the future.
     import importlib  # pylint: disable=g-import-not-at-top
     bw = importlib.import_module("pejax.nn.blockwise_attention")
-    static = bw._Static(causal=True, segments=False, bq=8, bk=8, head_dim=8,  # pylint: disable=protected-access
-                        prescaled=True, bias_fn=None, window=8)
-    kinds = [int(bw._tile_kind(static, 5, j, 0, 64)) for j in range(8)]  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    static = bw._Static(causal=True, segments=False, bq=8, bk=8, head_dim=8, prescaled=True,
+                        bias_fn=None, window=8)
+    kinds = [int(bw._tile_kind(static, 5, j, 0, 64)) for j in range(8)]
+    # pylint: enable=protected-access
     self.assertEqual(kinds, [0, 0, 0, 0, 2, 2, 0, 0])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(8.0)
     i, j = np.arange(64)[:, None], np.arange(64)[None]
