@@ -46,7 +46,6 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec
 
 from pejax.encodings import arg_checks
 from pejax.nn.attention import Bias, choose_implementation
@@ -55,6 +54,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
+from pejax.nn.self_attention import pe_bias
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
@@ -349,16 +349,8 @@ class Decoder(nnx.Module):
                      implementation: str) -> list[Bias]:
     """Per PE instance: its bias, evaluated once here for dense attention (shared by the layers
     using the instance) or a per-tile function; ``None`` for no bias or a per-layer PE."""
-    biases = []
-    for pe in self.pes:
-      if not pe.has_bias or pe.per_layer:
-        biases.append(None)
-      elif implementation == "dense":  # On a mesh: split over heads like the attention logits.
-        biases.append(axes.constrain(pe.bias(q_positions, k_positions),
-                                     (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None)))
-      else:
-        biases.append(pe.bias)
-    return biases
+    return [None if pe.per_layer else pe_bias(pe, q_positions, k_positions, implementation)
+            for pe in self.pes]
 
   def _logits(self, x: jax.Array) -> jax.Array:
     x = self.final_norm(x)

@@ -33,6 +33,29 @@ _HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, axes.
 _KV_HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, axes.KV_HEADS, None)
 
 
+def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Array,
+            implementation: str) -> Bias:
+  """A PE's position bias as attention takes it: evaluated now for dense attention, else the
+  per-tile function; ``None`` when the PE has no bias.
+
+  Args:
+    pe: the positional encoding.
+    q_positions: int32 ``[B | 1, Lq]``.
+    k_positions: int32 ``[B | 1, Lk]``.
+    implementation: ``"dense"`` or ``"blockwise"``.
+
+  Returns:
+    float32 ``[B | 1, H, Lq, Lk]`` (dense; on a mesh split over heads like the logits), the
+    function ``pe.bias`` (blockwise), or ``None``.
+  """
+  if not pe.has_bias:
+    return None
+  if implementation == "dense":
+    return axes.constrain(pe.bias(q_positions, k_positions),
+                          (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None))
+  return pe.bias
+
+
 class SelfAttention(nnx.Module):
   """Projections to ``H`` query and ``K`` key/value heads, PE rotation, attention, output.
 
@@ -102,8 +125,8 @@ class SelfAttention(nnx.Module):
     if implementation == "blockwise" and not pe.supports_blockwise:
       raise ValueError(f"pe={pe.name!r} does not support blockwise attention (it needs whole "
                        "rows of logits); use attention='dense'")
-    if bias is None and pe.has_bias:  # A per-layer PE computes its own bias.
-      bias = pe.bias(q_positions, k_positions) if implementation == "dense" else pe.bias
+    if bias is None:  # A per-layer PE computes its own bias (shared ones come evaluated).
+      bias = pe_bias(pe, q_positions, k_positions, implementation)
     q_features = k_features = new_features = None
     if pe.has_content_bias:
       q_features, new_features = pe.features(x, q, q_positions, cache=cache)
