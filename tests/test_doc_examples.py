@@ -22,6 +22,7 @@ commands to run.
 """
 
 import contextlib
+import fnmatch
 import glob
 import os
 import pathlib
@@ -30,6 +31,7 @@ import shlex
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import pytest
 
 import launch
@@ -92,7 +94,37 @@ def _needs_absent_devices(args: list[str]) -> bool:
           or re.search(r"(mesh\.spec|--mesh)=\S*(data=(?!1\b)|model=|fsdp=)", joined) is not None)
 
 
-class DocExamplesTest(absltest.TestCase):
+def _workdir(command: str):
+  return next((w.split("=", 1)[1] for w in shlex.split(command) if w.startswith("--workdir=")),
+              None)
+
+
+def _prerequisites(commands: list[str], index: int) -> list[str]:
+  """The earlier commands that ``commands[index]`` reads the output of, in order.
+
+  An ``--eval_only`` example evaluates the run that the latest earlier training command with
+  the same ``--workdir`` wrote; ``pejax.compare <globs>`` reads every earlier run whose workdir
+  matches a glob.
+  """
+  command = commands[index]
+  earlier = [c for c in commands[:index] if "--eval_only" not in c and _workdir(c)]
+  if "--eval_only" in command:
+    return [c for c in earlier if _workdir(c) == _workdir(command)][-1:]
+  if "pejax.compare" in command:
+    patterns = shlex.split(command)[3:]
+    return [c for c in earlier if any(fnmatch.fnmatch(_workdir(c), p) for p in patterns)]
+  return []
+
+
+def _case_name(index: int, command: str) -> str:
+  slug = re.sub(r"[^A-Za-z0-9]+", "_", command.replace("python ", "", 1)).strip("_")
+  return f"{index:02d}_{slug[:70]}"
+
+
+COMMAND_CASES = tuple((_case_name(i, c), i) for i, (_, c) in enumerate(documented_commands()))
+
+
+class DocExamplesTest(parameterized.TestCase):
 
   def test_the_documentation_has_commands(self):
     commands = [c for _, c in documented_commands()]
@@ -102,8 +134,12 @@ class DocExamplesTest(absltest.TestCase):
     self.assertTrue(any("--config=experiments/configs/" in c for c in commands))
     self.assertTrue(any("experiments.extrapolation" in c for c in commands))
 
+  @parameterized.named_parameters(*COMMAND_CASES)
   @pytest.mark.slow
-  def test_every_documented_command_runs(self):
+  def test_documented_command_runs(self, index):
+    # One case per command (so that pytest-xdist spreads them over the workers), each in its own
+    # scratch directory after the commands it depends on (see _prerequisites).
+    commands = [c for _, c in documented_commands()]
     scratch = self.create_tempdir().full_path
     recorded = []
     with contextlib.ExitStack() as stack:
@@ -112,9 +148,16 @@ class DocExamplesTest(absltest.TestCase):
         module = __import__(f"experiments.{name}", fromlist=["run"])
         stack.enter_context(mock.patch.object(
             module, "run", lambda options, _name=name: recorded.append((_name, options))))
-      for source, command in documented_commands():
-        with self.subTest(source=source, command=command):
-          self._run(command, recorded)
+      for prerequisite in _prerequisites(commands, index):
+        self._run(prerequisite, recorded)
+      self._run(commands[index], recorded)
+
+  def test_commands_that_read_a_run_have_the_command_that_writes_it(self):
+    commands = [c for _, c in documented_commands()]
+    for index, command in enumerate(commands):
+      if "--eval_only" in command or "pejax.compare" in command:
+        with self.subTest(command=command):
+          self.assertNotEmpty(_prerequisites(commands, index))
 
   def _run(self, command: str, recorded: list) -> None:
     words = shlex.split(command)

@@ -117,21 +117,26 @@ class DecoderPerPETest(parameterized.TestCase):
   @parameterized.named_parameters(*PE_CASES)
   @pytest.mark.slow
   def test_decode_with_cache_equals_full_forward(self, options):
+    # From a one-token and a five-token prompt (the prefill path and the step path both start
+    # the cache), one cache capacity (one decode-step compilation); random PE parameters so that
+    # zero-initialized tables cannot hide a bug.
     model = _model(**options)
+    _randomize_pe_params(model)
     tokens = _tokens(2, 13)
     full = _forward(model, tokens, None, None)
-    cache = model.init_cache(2, 16)
-    prefill_logits, cache = _prefill(model, tokens[:, :5], cache)
-    steps = [prefill_logits]
-    for t in range(5, 13):
-      logits, cache = _decode(model, tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
-      steps.append(logits)
-    self.assertEqual(int(cache.length), 13)
-    decoded = jnp.concatenate(steps, axis=1)
-    if model.pe.length_dependent:  # Frequencies follow the current length: the last step only.
-      chex.assert_trees_all_close(decoded[:, -1], full[:, -1], atol=1e-4, rtol=1e-4)
-    else:
-      chex.assert_trees_all_close(decoded, full, atol=2e-5, rtol=2e-5)
+    for prompt in (1, 5):
+      cache = model.init_cache(2, 16)
+      prefill_logits, cache = _prefill(model, tokens[:, :prompt], cache)
+      steps = [prefill_logits]
+      for t in range(prompt, 13):
+        logits, cache = _decode(model, tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
+        steps.append(logits)
+      self.assertEqual(int(cache.length), 13)
+      decoded = jnp.concatenate(steps, axis=1)
+      if model.pe.length_dependent:  # Frequencies follow the current length: the last step.
+        chex.assert_trees_all_close(decoded[:, -1], full[:, -1], atol=1e-4, rtol=1e-4)
+      else:
+        chex.assert_trees_all_close(decoded, full, atol=2e-5, rtol=2e-5)
 
   @parameterized.named_parameters(*PE_CASES)
   @pytest.mark.slow

@@ -55,6 +55,13 @@ def _tokens(batch, length, seed=0):
 _forward = nnx.jit(lambda model, tokens: model(tokens))
 _prefill = nnx.jit(lambda model, tokens, cache: model.prefill(tokens, None, cache))
 _decode = nnx.jit(lambda model, token, position, cache: model.decode_step(token, position, cache))
+_forward_with = nnx.jit(
+    lambda model, tokens, positions, segment_ids, attention: model(
+        tokens, positions=positions, segment_ids=segment_ids, attention=attention),
+    static_argnames="attention")
+_gradients = nnx.jit(
+    nnx.grad(lambda model, tokens, attention: jnp.mean(model(tokens, attention=attention) ** 2)),
+    static_argnames="attention")
 
 
 def _pe_class(name):
@@ -71,42 +78,15 @@ class EveryPETest(parameterized.TestCase):
 
   @parameterized.named_parameters(*CASES)
   @pytest.mark.slow
-  def test_decode_equals_full_forward_from_several_prompts(self, name):
-    model = _model(name)
-    total = 33 + 20
-    tokens = _tokens(2, total)
-    full = _forward(model, tokens)
-    tolerance = 1e-4 if model.pe.length_dependent else 2e-5
-    for prompt in (1, 7, 33):
-      steps = 20 if prompt == 33 else 6
-      cache = model.init_cache(2, total)  # One capacity: one decode-step compilation.
-      logits, cache = _prefill(model, tokens[:, :prompt], cache)
-      pieces = [logits]
-      for t in range(prompt, prompt + steps):
-        logits, cache = _decode(model, tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
-        pieces.append(logits)
-      got = jnp.concatenate(pieces, axis=1)
-      if model.pe.length_dependent:  # Frequencies follow the current length: compare per step.
-        got, want = got[:, -1], _forward(model, tokens[:, :prompt + steps])[:, -1]
-      else:
-        want = full[:, :prompt + steps]
-      chex.assert_trees_all_close(got, want, atol=tolerance, rtol=tolerance)
-
-  @parameterized.named_parameters(*CASES)
-  @pytest.mark.slow
   def test_dense_and_blockwise_parameter_gradients(self, name):
     model = _model(name)
     tokens = _tokens(2, 11)
-
-    def loss(model, attention):
-      return jnp.mean(model(tokens, attention=attention) ** 2)
-
     if not model.pe.supports_blockwise:
       with self.assertRaisesRegex(ValueError, f"pe='{name}' does not support blockwise"):
-        loss(model, "blockwise")
+        _gradients(model, tokens, attention="blockwise")
       return
-    dense = nnx.grad(loss)(model, "dense")
-    blockwise = nnx.grad(loss)(model, "blockwise")
+    dense = _gradients(model, tokens, attention="dense")
+    blockwise = _gradients(model, tokens, attention="blockwise")
     chex.assert_trees_all_close(nnx.state(blockwise, nnx.Param), nnx.state(dense, nnx.Param),
                                 atol=5e-5, rtol=5e-4)
 
@@ -237,22 +217,21 @@ class PatternsTest(parameterized.TestCase):
 
   def _check_paths(self, model, length=13, window=None):
     tokens = _tokens(2, length)
-    dense = model(tokens, attention="dense")
+    dense = _forward_with(model, tokens, None, None, attention="dense")
     chex.assert_tree_all_finite(dense)
-    blockwise = model(tokens, attention="blockwise")
+    blockwise = _forward_with(model, tokens, None, None, attention="blockwise")
     chex.assert_trees_all_close(blockwise, dense, atol=3e-5, rtol=3e-5)
     cache = model.init_cache(2, length)
-    logits, cache = model.prefill(tokens[:, :5], None, cache)
+    logits, cache = _prefill(model, tokens[:, :5], cache)
     pieces = [logits]
     for t in range(5, length):
-      logits, cache = model.decode_step(tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32),
-                                        cache)
+      logits, cache = _decode(model, tokens[:, t:t + 1], jnp.full((2, 1), t, jnp.int32), cache)
       pieces.append(logits)
     chex.assert_trees_all_close(jnp.concatenate(pieces, axis=1), dense, atol=3e-5, rtol=3e-5)
     segments = jnp.array([[0] * 6 + [1] * (length - 6)] * 2, jnp.int32)
     positions = jnp.array([list(range(6)) + list(range(length - 6))] * 2, jnp.int32)
-    packed = model(tokens, positions=positions, segment_ids=segments)
-    separate = model(tokens[:, 6:])
+    packed = _forward_with(model, tokens, positions, segments, attention=None)
+    separate = _forward_with(model, tokens[:, 6:], None, None, attention=None)
     chex.assert_trees_all_close(packed[:, 6:], separate, atol=3e-5, rtol=3e-5)
     return dense
 
@@ -282,10 +261,10 @@ class PatternsTest(parameterized.TestCase):
     changed = tokens.at[:, 0].set((tokens[:, 0] + 1) % TINY["vocab_size"])
     # Layer 2 widens the receptive field to 2 * (window - 1) tokens back.
     horizon = 2 * (window - 1) + 1
-    chex.assert_trees_all_close(model(changed)[:, horizon:], dense[:, horizon:], atol=1e-5)
+    changed = _forward_with(model, changed, None, None, attention="dense")
+    chex.assert_trees_all_close(changed[:, horizon:], dense[:, horizon:], atol=1e-5)
     if horizon < 13:
-      self.assertGreater(float(jnp.abs(model(changed)[:, :horizon] - dense[:, :horizon]).max()),
-                         1e-4)
+      self.assertGreater(float(jnp.abs(changed[:, :horizon] - dense[:, :horizon]).max()), 1e-4)
 
   def test_sliding_window_skips_blockwise_tiles(self):
     from pejax.nn import blockwise_attention  # pylint: disable=g-import-not-at-top
@@ -317,8 +296,9 @@ class PatternsTest(parameterized.TestCase):
     for name in ("rope", "alibi"):
       model = _model(name, query_scaling=scaling, query_scaling_length=4)
       self._check_paths(model)
-    plain = _model("alibi")(_tokens(2, 13))
-    scaled = _model("alibi", query_scaling=scaling, query_scaling_length=4)(_tokens(2, 13))
+    plain = _forward(_model("alibi"), _tokens(2, 13))
+    scaled = _forward(_model("alibi", query_scaling=scaling, query_scaling_length=4),
+                      _tokens(2, 13))
     # Inside the training length (n <= 4) log-n leaves queries alone; beyond, it sharpens.
     if scaling == "logn":
       chex.assert_trees_all_close(scaled[:, :1], plain[:, :1], atol=1e-5)

@@ -92,7 +92,7 @@ class FirePETest(absltest.TestCase):
     for pe in model.layer_pes():
       pe.threshold_multiplier[...] = jnp.float32(4.0 / 512)  # L = 4 < the sequence length
     tokens = jax.random.randint(jax.random.key(0), (2, 12), 0, 32)
-    grads = nnx.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.mean(m(tokens) ** 2)))(model)
     names = ("c", "threshold_multiplier", "kernel_1", "bias_1", "kernel_2", "bias_2")
     found = {}
     for path, value in jax.tree_util.tree_leaves_with_path(nnx.state(grads.pes, nnx.Param)):

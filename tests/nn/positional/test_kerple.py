@@ -105,7 +105,7 @@ class KerplePETest(parameterized.TestCase):
     def loss(model):
       return jnp.mean(model(tokens) ** 2)
 
-    grads = nnx.grad(loss)(model)
+    grads = nnx.jit(nnx.grad(loss))(model)
     flat = {"/".join(map(str, path)): np.asarray(value)
             for path, value in jax.tree_util.tree_leaves_with_path(nnx.state(grads))
             if any("r1_raw" in str(p) or "r2_raw" in str(p) for p in path)}

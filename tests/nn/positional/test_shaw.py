@@ -71,7 +71,7 @@ class ShawPETest(parameterized.TestCase):
     self.assertLen({id(pe) for pe in pes}, 3)
     self.assertFalse(np.allclose(pes[0].table[...], pes[1].table[...]))
     tokens = jax.random.randint(jax.random.key(0), (2, 12), 0, 32)
-    grads = nnx.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.mean(m(tokens) ** 2)))(model)
     tables = [np.asarray(v) for path, v in jax.tree_util.tree_leaves_with_path(
         nnx.state(grads.pes, nnx.Param)) if "table" in str(path)]
     self.assertLen(tables, 3)
@@ -85,11 +85,11 @@ class ShawPETest(parameterized.TestCase):
     model = Decoder(DecoderConfig(pe="shaw", **_TINY), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (1, 20), 0, 32)
     positions = jnp.arange(20, dtype=jnp.int32)[None]
-    base = model(tokens, positions=positions)
-    np.testing.assert_allclose(model(tokens, positions=positions + 777), base, atol=2e-5,
-                               rtol=2e-5)
+    forward = nnx.jit(lambda model, positions: model(tokens, positions=positions))
+    base = forward(model, positions)
+    np.testing.assert_allclose(forward(model, positions + 777), base, atol=2e-5, rtol=2e-5)
     # Clipping: offsets beyond 16 look alike, spreading the positions apart changes the logits.
-    spread = model(tokens, positions=positions * 3)
+    spread = forward(model, positions * 3)
     self.assertGreater(float(jnp.max(jnp.abs(spread - base))), 1e-3)
 
 
