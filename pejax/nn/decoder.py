@@ -52,6 +52,7 @@ from pejax.nn.attention import Bias, choose_implementation
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
+from pejax.nn.offset_rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
 from pejax.nn.self_attention import pe_bias
@@ -75,8 +76,9 @@ class Decoder(nnx.Module):
   """Decoder-only Transformer: embed -> PE ``embed`` -> N blocks -> RMSNorm -> logits.
 
   The token embedding is initialized from N(0, 1/E) and multiplied by sqrt(E) on input (unit
-  scale, comparable to sinusoidal positions); with tied embeddings the output projection is its
-  transpose, giving unit-scale logits at initialization.
+  scale, comparable to sinusoidal positions; ``scale_embeddings=False`` uses it as it is, as
+  Llama-style checkpoints do); with tied embeddings the output projection is its transpose,
+  giving unit-scale logits at initialization.
 
   Sharding (:mod:`pejax.parallel`): the embedding ``[V, E]`` is ``("vocab", "embed")``, an untied
   output kernel ``[E, V]`` is ``("embed", "vocab")``; the blocks annotate their own kernels. Norm
@@ -115,8 +117,7 @@ class Decoder(nnx.Module):
     self.layer_pe = tuple(layer_pe)
     self.blocks = nnx.List([DecoderBlock(config, rngs=rngs, layer=layer)
                             for layer in range(config.num_layers)])
-    self.final_norm = nnx.RMSNorm(
-        config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.final_norm = make_rms_norm(config, config.d_model, rngs=rngs)
     self.lm_head = None if config.tie_embeddings else TokenLinear(
         config.d_model, config.vocab_size, use_bias=False, dtype=dtype,
         kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, (axes.EMBED, axes.VOCAB)),
@@ -339,7 +340,8 @@ class Decoder(nnx.Module):
     x = self.embed(tokens)
     if bad is not None:
       x = jnp.where(bad[..., None], jnp.asarray(jnp.nan, x.dtype), x)
-    x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
+    if self.config.scale_embeddings:
+      x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
     for pe in self.pes:
       if pe.has_embed:
         x = pe.embed(x, positions)
