@@ -11,6 +11,7 @@
 from pejax.hf.checkpoint_loading import from_pretrained
 from pejax.hf.checkpoint_loading import load_config
 from pejax.hf.checkpoint_loading import with_rope_scaling
+from pejax.hf.checkpoint_saving import save_pretrained
 from pejax.hf.config_mapping import SUPPORTED_MODEL_TYPES
 from pejax.hf.config_mapping import decoder_config_from_hf
 from pejax.hf.config_mapping import decoder_config_to_hf
@@ -21,5 +22,6 @@ __all__ = (
     "decoder_config_to_hf",
     "from_pretrained",
     "load_config",
+    "save_pretrained",
     "with_rope_scaling",
 )

@@ -352,6 +352,9 @@ def decoder_config_to_hf(config: DecoderConfig, *, model_type: Optional[str] = N
       "rope_parameters": rope_parameters,
       "hidden_act": "gelu_pytorch_tanh" if gemma else "silu",
       "torch_dtype": config.dtype,
+      # Unknown to the decoder; explicit so that family defaults (Phi-3's pad id 32000) do not
+      # apply to another vocabulary. save_pretrained(extra_config=...) sets them.
+      "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
   }
   if isinstance(pe.scaling, scalings.LongRoPEScaling):
     out["original_max_position_embeddings"] = pe.scaling.original_max_position
