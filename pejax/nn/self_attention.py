@@ -194,7 +194,9 @@ class SelfAttention(nnx.Module):
 
   def extend(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
              cache_positions: jax.Array, keys: jax.Array, values: jax.Array, length: jax.Array,
-             bias: Bias, implementation: str, features=None):
+             bias: Bias, implementation: str, features=None,
+             segment_ids: Optional[jax.Array] = None,
+             cache_segment_ids: Optional[jax.Array] = None):
     """Appends ``L`` tokens to this layer's cache and attends over everything cached so far.
 
     Args:
@@ -209,6 +211,9 @@ class SelfAttention(nnx.Module):
       implementation: ``"dense"`` or ``"blockwise"``.
       features: this layer's cached key features ``[B, T, ...]`` (content-aware PEs) or
         ``None``.
+      segment_ids: optional int32 ``[B, L]`` segment of each new token (0 = padding); given
+        together with ``cache_segment_ids``.
+      cache_segment_ids: optional int32 ``[B, T]`` segment of every slot, new tokens included.
 
     Returns:
       ``(out [B, L, E], keys, values, features)`` with the new tokens written at slots
@@ -227,5 +232,6 @@ class SelfAttention(nnx.Module):
         q, visible_keys, values, pe=pe, x=x, q_positions=positions, k_positions=cache_positions,
         bias=bias, implementation=implementation,
         cache=None if features is None else (features, length), q_offset=length,
-        kv_length=length + x.shape[1])
+        kv_length=length + x.shape[1], q_segment_ids=segment_ids,
+        k_segment_ids=cache_segment_ids)
     return self._merge_heads(out), keys, values, features
