@@ -164,23 +164,24 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
   if rng is None:
     rng = jax.random.PRNGKey(0)
   graphdef, state = nnx.split(model)
-  return _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), rng,
+  # Stop ids are an argument, not a constant of the program (-1: no stop token), so that other
+  # stop tokens reuse the compilation.
+  stop_array = jnp.asarray(stops or (-1,), jnp.int32)
+  return _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), rng, stop_array,
                    max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                   top_p=None if top_p is None else float(top_p), stop_tokens=stops,
-                   pad_token=pad_token)
+                   top_p=None if top_p is None else float(top_p), pad_token=pad_token)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
-                                             "top_k", "top_p", "stop_tokens", "pad_token"))
-def _generate(graphdef, state, tokens, mask, rng, *, max_new_tokens, temperature, top_k, top_p,
-              stop_tokens, pad_token):
+                                             "top_k", "top_p", "pad_token"))
+def _generate(graphdef, state, tokens, mask, rng, stops, *, max_new_tokens, temperature, top_k,
+              top_p, pad_token):
   model = nnx.merge(graphdef, state)
   batch, prompt_len = tokens.shape
   positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
   cache = model.init_cache(batch, prompt_len + max_new_tokens)
   logits, cache = model.prefill(tokens, positions, cache, segment_ids=mask)
   next_position = jnp.sum(mask, axis=1).astype(jnp.int32)  # [B]: n_i.
-  stops = jnp.asarray(stop_tokens or (-1,), jnp.int32)
   sample = functools.partial(sample_logits, temperature=temperature, top_k=top_k, top_p=top_p)
   rng, key = jax.random.split(rng)
   token = sample(logits[:, -1], key)
