@@ -15,13 +15,17 @@ from pejax.hf.checkpoint_saving import save_pretrained
 from pejax.hf.config_mapping import SUPPORTED_MODEL_TYPES
 from pejax.hf.config_mapping import decoder_config_from_hf
 from pejax.hf.config_mapping import decoder_config_to_hf
+from pejax.hf.tokenizer import Tokenizer
+from pejax.hf.tokenizer import load_tokenizer
 
 __all__ = (
     "SUPPORTED_MODEL_TYPES",
+    "Tokenizer",
     "decoder_config_from_hf",
     "decoder_config_to_hf",
     "from_pretrained",
     "load_config",
+    "load_tokenizer",
     "save_pretrained",
     "with_rope_scaling",
 )

@@ -25,7 +25,6 @@ key it does not know) raises ``ValueError`` naming the field and its value.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping, Optional
 
 from pejax.encodings import rope_hf
@@ -379,15 +378,3 @@ _ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                   "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                   "phi3": "Phi3ForCausalLM", "gemma": "GemmaForCausalLM"}
 
-
-def replace_dtype(config: DecoderConfig, dtype: str) -> DecoderConfig:
-  """``config`` with another compute dtype.
-
-  Args:
-    config: a decoder config.
-    dtype: ``"float32"`` or ``"bfloat16"``.
-
-  Returns:
-    The same config but for ``dtype``.
-  """
-  return dataclasses.replace(config, dtype=dtype)
