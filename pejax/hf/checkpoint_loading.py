@@ -1,9 +1,10 @@
 """``from_pretrained``: a local Hugging Face decoder directory -> :class:`~pejax.nn.Decoder`.
 
 The model is first built abstractly (``nnx.eval_shape``: shapes only, no memory), then every
-parameter is read from the safetensors files one tensor at a time, converted to the target dtype
-and placed; the peak memory of a load is the model plus about one tensor (measured in the README,
-"Pretrained models"). ``dtype=jnp.bfloat16`` stores the parameters and computes in bfloat16
+parameter is read from the safetensors files one tensor at a time (plain reads, no memory map),
+converted to the target dtype (and transposed) in row blocks, and placed; the peak memory of a
+load is the model plus about two copies of its largest tensor (measured by
+``benchmarks/hf_load_memory.py``, see the README, "Pretrained models"). ``dtype=jnp.bfloat16`` stores the parameters and computes in bfloat16
 (half the memory of float32); RoPE angles and the softmax stay float32 whatever the dtype.
 
 No network: ``path`` is a directory on disk (``huggingface-cli download`` puts one in the HF
@@ -16,6 +17,7 @@ import os
 from typing import Any, Optional
 
 from flax import nnx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -153,22 +155,18 @@ def from_pretrained(path: Any, *, dtype: Any = None, **overrides: Any) -> Decode
     extra = sorted(map(str, paths ^ set(by_path)))
     raise ValueError(f"internal: decoder parameters and checkpoint mapping differ at {extra[:3]}")
   target = _NUMPY_DTYPES[dtype_name]
+  offsets = {file: files_lib.data_offsets(file) for file in sorted(set(files.values()))}
   values = {}
-  order = list(files_lib.iter_file_groups([e.name for e in entries], files))
-  cached_name, cached = None, None
-  with files_lib.TensorReader(files) as reader:
-    for name in dict.fromkeys(order):
-      for entry in (e for e in entries if e.name == name):
-        if cached_name != name:
-          cached_name, cached = name, reader.read(name)
-        tensor = cached
-        if entry.rows is not None:
-          tensor = tensor[entry.rows[0]:entry.rows[1]]
-        tensor = tensor.astype(target, copy=False)
-        if entry.transpose:
-          tensor = tensor.T
-        values[entry.path] = jnp.asarray(np.ascontiguousarray(tensor))
-      cached_name, cached = None, None
+  for name in files_lib.iter_file_groups([e.name for e in entries], files):
+    for entry in (e for e in entries if e.name == name and e.path not in values):
+      file = files[name]
+      data_start, spans = offsets[file]
+      stored, shape = headers[name]
+      array = files_lib.read_tensor(file, data_start, spans[name][0], dtype=stored, shape=shape,
+                                    rows=entry.rows, transpose=entry.transpose, target=target)
+      # Aligned host memory: on CPU device_put takes it without a copy (jnp.asarray copies).
+      values[entry.path] = jax.device_put(array)
+      del array
   leaves = []
   for path, variable in flat:
     leaves.append((path, variable.replace(values[tuple(path)])))

@@ -1,9 +1,9 @@
 """The files of a local Hugging Face checkpoint: ``config.json`` and its safetensors weights.
 
 A directory holds either one ``model.safetensors`` or a sharded set described by
-``model.safetensors.index.json`` (``{"weight_map": {tensor name: shard file}}``). Tensors are
-read one at a time through ``safetensors.safe_open`` (the file is memory-mapped, nothing else is
-read), so a load never holds more than the model plus one tensor.
+``model.safetensors.index.json`` (``{"weight_map": {tensor name: shard file}}``). Headers are validated by ``safetensors.safe_open``; the data is then read with plain file reads
+at the header's offsets, one tensor (one row block of a transposed one) at a time, so a load
+holds the model plus about one tensor and never a memory-mapped copy of the file.
 
 Every failure names the file: a missing directory, ``config.json`` or weights file, malformed
 JSON, an index pointing at a missing shard, a file whose safetensors header cannot be parsed
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
+import ml_dtypes
 import numpy as np
 
 CONFIG_FILE = "config.json"
@@ -134,60 +135,111 @@ def tensor_headers(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
   return out
 
 
-class TensorReader:
-  """Reads tensors by name from a checkpoint's files, one file handle open at a time.
+_NUMPY = {"F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+          "BF16": np.dtype(ml_dtypes.bfloat16)}
+_CHUNK_BYTES = 16 << 20  # Row blocks of a transposed read.
 
-  Use as a context manager; :meth:`read` returns one ``numpy`` array (``bfloat16`` through
-  ``ml_dtypes``).
+
+def data_offsets(path: str) -> tuple[int, dict[str, tuple[int, int]]]:
+  """Where each tensor's bytes are in a safetensors file (from its JSON header).
+
+  Args:
+    path: a ``.safetensors`` file already validated by :func:`tensor_headers`.
+
+  Returns:
+    ``(data_start, {name: (begin, end)})``: byte offsets relative to ``data_start``.
+
+  Raises:
+    ValueError: naming the file if the header is malformed or points past the end of the file.
   """
-
-  def __init__(self, files: dict[str, str]):
-    """Args:
-      files: tensor name -> file (from :func:`weight_files`).
-    """
-    self.files = files
-    self._path = None
-    self._handle = None
-
-  def __enter__(self) -> "TensorReader":
-    """Returns:
-      The reader.
-    """
-    return self
-
-  def __exit__(self, *exc) -> None:
-    """Closes the open file."""
-    self._close()
-
-  def _close(self) -> None:
-    if self._handle is not None:
-      self._handle.__exit__(None, None, None)
-    self._handle = self._path = None
-
-  def read(self, name: str) -> np.ndarray:
-    """One tensor.
-
-    Args:
-      name: the tensor name.
-
-    Returns:
-      The tensor as a numpy array of its stored dtype.
-
-    Raises:
-      ValueError: naming the file, when the tensor is missing or unreadable.
-    """
-    if name not in self.files:
-      raise ValueError(f"tensor {name!r} is missing from the checkpoint (files: "
-                       f"{sorted(set(os.path.basename(p) for p in self.files.values()))})")
-    path = self.files[name]
-    if path != self._path:
-      self._close()
-      self._handle = _open(path).__enter__()
-      self._path = path
+  size = os.path.getsize(path)
+  with open(path, "rb") as f:
+    length = int.from_bytes(f.read(8), "little")
+    if length <= 0 or 8 + length > size:
+      raise ValueError(f"cannot read safetensors file {path}: header length {length} does not "
+                       f"fit in {size} bytes (truncated?)")
     try:
-      return self._handle.get_tensor(name)
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"cannot read tensor {name!r} from {path}: {e}") from None
+      header = json.loads(f.read(length))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise ValueError(f"cannot read safetensors file {path}: bad header ({e})") from None
+  offsets = {}
+  for name, spec in header.items():
+    if name == "__metadata__":
+      continue
+    begin, end = spec["data_offsets"]
+    if 8 + length + end > size:
+      raise ValueError(f"cannot read safetensors file {path}: tensor {name!r} ends past the end "
+                       "of the file (truncated?)")
+    offsets[name] = (int(begin), int(end))
+  return 8 + length, offsets
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+  """An uninitialized C-contiguous array whose data starts on a 64-byte boundary.
+
+  JAX on CPU then takes it without a copy (``jax.device_put`` aliases aligned host buffers),
+  so a loaded tensor exists once in memory, not twice.
+
+  Args:
+    shape: the array shape.
+    dtype: its dtype.
+
+  Returns:
+    The array (a view of a slightly larger byte buffer).
+  """
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(nbytes + 64, np.uint8)
+  offset = (-raw.ctypes.data) % 64
+  return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def read_tensor(path: str, data_start: int, begin: int, *, dtype: str, shape: tuple[int, ...],
+                rows: Optional[tuple[int, int]] = None, transpose: bool = False,
+                target: np.dtype) -> np.ndarray:
+  """Reads one tensor (or a block of its rows) with plain file reads, converting as it goes.
+
+  No memory map: the bytes pass through a buffer of at most one row block (16 MB) into the
+  result, so the process holds the returned array and little else (a memory-mapped file would
+  keep every page read resident until it is closed, doubling the peak of a load).
+
+  Args:
+    path: the safetensors file.
+    data_start: the byte offset of its data section.
+    begin: the tensor's first byte relative to ``data_start``.
+    dtype: the stored safetensors dtype (``"F32"``, ``"BF16"``, ``"F16"``).
+    shape: the stored shape ``[R, C]`` or ``[R]``.
+    rows: ``(start, stop)`` rows of the first axis to read (fused tensors), or ``None``.
+    transpose: return the transpose ``[C, rows]`` of a 2-D (row block of the) tensor.
+    target: the numpy dtype of the result.
+
+  Returns:
+    The array, C-contiguous and 64-byte aligned (:func:`aligned_empty`), of ``target`` dtype.
+  """
+  source = _NUMPY[dtype]
+  shape = tuple(shape) or (1,)
+  start, stop = rows if rows is not None else (0, shape[0])
+  row_items = int(np.prod(shape[1:], dtype=np.int64))
+  n_rows = stop - start
+  if transpose:
+    out = aligned_empty((row_items, n_rows), target)
+  else:
+    out = aligned_empty((n_rows,) + shape[1:], target)
+  block = max(1, _CHUNK_BYTES // max(1, row_items * source.itemsize))
+  with open(path, "rb") as f:
+    f.seek(data_start + begin + start * row_items * source.itemsize)
+    for r in range(0, n_rows, block):
+      count = min(block, n_rows - r)
+      chunk = np.fromfile(f, dtype=source, count=count * row_items)
+      if chunk.size != count * row_items:
+        raise ValueError(f"cannot read safetensors file {path}: it ends inside a tensor "
+                         "(truncated?)")
+      chunk = chunk.reshape((count,) + shape[1:])
+      if transpose:
+        out[:, r:r + count] = chunk.T
+      else:
+        out[r:r + count] = chunk
+  return out
 
 
 def iter_file_groups(names: list[str], files: dict[str, str]) -> Iterator[str]:

@@ -88,6 +88,12 @@ class BadFilesTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "cannot read safetensors file .*model.safetensors"):
       pejax.hf.from_pretrained(self.dir)
 
+  def test_weights_cut_inside_the_data(self):
+    path = self.dir / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])
+    with self.assertRaisesRegex(ValueError, "cannot read safetensors file .*model.safetensors"):
+      pejax.hf.from_pretrained(self.dir)
+
   def test_garbage_weights(self):
     (self.dir / "model.safetensors").write_bytes(b"\x00" * 64)
     with self.assertRaisesRegex(ValueError, "cannot read safetensors file .*model.safetensors"):
