@@ -57,8 +57,28 @@ class PretrainedEvalTest(absltest.TestCase):
       pretrained.evaluate_pretrained(MODEL, config)
     with self.assertRaisesRegex(experiment.ConfigError, "tokenizer.json not found"):
       pretrained.evaluate_pretrained(fx.path("gemma"), _config())
-    with self.assertRaisesRegex(launch.app.UsageError, "implemented for --eval_only"):
-      launch.run(["launch.py", f"--init_from_hf={MODEL}"])
+    with self.assertRaisesRegex(launch.app.UsageError, "synthetic byte task"):
+      launch.run(["launch.py", f"--init_from_hf={MODEL}", "--data=copy"])
+
+  @pytest.mark.slow
+  def test_fine_tuning_starts_from_the_checkpoint(self):
+    # One step at learning rate 0 (the first warm-up step) keeps the checkpoint's weights: the
+    # run's perplexity must then equal the pretrained evaluation with the same YaRN scaling.
+    workdir = self.create_tempdir().full_path
+    common = [f"--data={ROOT}/README.md", "--config.eval.num_tokens=192", "--eval_lens=32,96"]
+    self.assertEqual(launch.run([
+        "launch.py", f"--init_from_hf={MODEL}", "--train_len=32", "--steps=1",
+        "--rope_scaling=yarn", "--rope_factor=1.5", "--config.data.batch_size=2",
+        f"--workdir={workdir}/run", *common]), 0)
+    run = json.loads((pathlib.Path(workdir) / "run" / "results.json").read_text())
+    config = _config(rope_scaling="yarn", rope_factor=1.5)
+    config.workdir = f"{workdir}/pretrained"
+    result = pretrained.evaluate_pretrained(MODEL, config, name="e", log=lambda line: None)
+    scaled = result.tables["llama_default_untied + zero-shot yarn x1.5"]
+    (fine_tuned,) = run["perplexity"].values()
+    self.assertEqual([r["length"] for r in fine_tuned], [32, 96])
+    for a, b in zip(fine_tuned, scaled):
+      self.assertAlmostEqual(a["perplexity"], b.perplexity, delta=1e-4 * b.perplexity)
 
 
 if __name__ == "__main__":
