@@ -63,7 +63,8 @@ def write_checkpoint(path: pathlib.Path, *, layers: int, hidden: int, vocab: int
                    p + "self_attn.k_proj.weight": (hidden, hidden),
                    p + "self_attn.v_proj.weight": (hidden, hidden),
                    p + "self_attn.o_proj.weight": (hidden, hidden),
-                   p + "mlp.gate_proj.weight": (mlp, hidden), p + "mlp.up_proj.weight": (mlp, hidden),
+                   p + "mlp.gate_proj.weight": (mlp, hidden),
+                   p + "mlp.up_proj.weight": (mlp, hidden),
                    p + "mlp.down_proj.weight": (hidden, mlp),
                    p + "input_layernorm.weight": (hidden,),
                    p + "post_attention_layernorm.weight": (hidden,)})

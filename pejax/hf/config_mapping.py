@@ -9,7 +9,7 @@ Families (``model_type``) and what each needs from the decoder:
 | ``qwen2`` | q/k/v biases (no output bias); optional sliding-window layers |
 | ``qwen3`` | per-head q/k RMSNorm, explicit ``head_dim``; optional sliding-window layers |
 | ``phi3`` | fused ``qkv_proj`` / ``gate_up_proj`` weights, ``partial_rotary_factor``, LongRoPE |
-| ``gemma`` | embeddings scaled by sqrt(hidden), RMSNorm ``(1 + w)``, GeGLU (tanh), explicit head_dim |
+| ``gemma`` | embeddings x sqrt(hidden), RMSNorm ``(1 + w)``, GeGLU (tanh), explicit head_dim |
 
 RoPE (every family, every ``rope_type``: default, linear, dynamic, yarn, longrope, llama3, in the
 older ``rope_scaling`` or newer ``rope_parameters`` form) goes through

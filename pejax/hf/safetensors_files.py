@@ -1,9 +1,10 @@
 """The files of a local Hugging Face checkpoint: ``config.json`` and its safetensors weights.
 
 A directory holds either one ``model.safetensors`` or a sharded set described by
-``model.safetensors.index.json`` (``{"weight_map": {tensor name: shard file}}``). Headers are validated by ``safetensors.safe_open``; the data is then read with plain file reads
-at the header's offsets, one tensor (one row block of a transposed one) at a time, so a load
-holds the model plus about one tensor and never a memory-mapped copy of the file.
+``model.safetensors.index.json`` (``{"weight_map": {tensor name: shard file}}``). Headers are
+validated by ``safetensors.safe_open``; the data is then read with plain file reads
+at the header's offsets, one row block at a time, so a load holds the model plus one block and
+never a memory-mapped copy of the file.
 
 Every failure names the file: a missing directory, ``config.json`` or weights file, malformed
 JSON, an index pointing at a missing shard, a file whose safetensors header cannot be parsed

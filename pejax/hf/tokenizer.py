@@ -1,4 +1,4 @@
-"""``load_tokenizer``: a checkpoint directory's ``tokenizer.json`` through the ``tokenizers`` package.
+"""``load_tokenizer``: a checkpoint directory's ``tokenizer.json`` through ``tokenizers``.
 
 Local files only (no network, no ``transformers``). The special tokens come from
 ``tokenizer_config.json`` (``bos_token`` / ``eos_token`` / ``pad_token``, strings or

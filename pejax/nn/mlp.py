@@ -40,7 +40,8 @@ class Mlp(nnx.Module):
           features_in, features_out, use_bias=False, dtype=dtype,
           kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
 
-    self.gate = linear(width, hidden, (axes.EMBED, axes.MLP)) if self.kind in ("swiglu", "geglu") else None
+    gated = self.kind in ("swiglu", "geglu")
+    self.gate = linear(width, hidden, (axes.EMBED, axes.MLP)) if gated else None
     self.up = linear(width, hidden, (axes.EMBED, axes.MLP))
     self.down = linear(hidden, width, (axes.MLP, axes.EMBED))
 

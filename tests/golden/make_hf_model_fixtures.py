@@ -48,7 +48,8 @@ _LONG_LONG = [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]
 # tokenizer.json.
 CASES = {
     "llama_default_untied": ("LlamaForCausalLM", dict(
-        tie_word_embeddings=False, vocab_size=320, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        tie_word_embeddings=False, vocab_size=320,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
         {"tokenizer"}),
     "llama_linear_tied": ("LlamaForCausalLM", dict(
         tie_word_embeddings=True,
