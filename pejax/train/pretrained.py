@@ -8,7 +8,8 @@ retraining; the factor defaults to ``max(eval_lens) / original context``, the or
 being the checkpoint's ``max_position_embeddings``, or its own scaling's original length).
 ``--config.eval.passkey=True`` adds natural-language passkey retrieval with the tokenizer.
 Results go to ``<workdir>/evals/<name>/`` (``results.md/json/csv``, the plot), never
-overwritten; the default workdir is ``runs/hf-<directory name>``.
+overwritten; the default workdir is ``pretrained/<directory name>`` (not ``runs/``, which holds
+training runs).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   original = _scaling_original(model.config.pe.scaling) or int(
       hf_json.get("max_position_embeddings") or max(lengths))
   label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
-  workdir = pathlib.Path(config.workdir or os.path.join("runs", f"hf-{label}"))
+  # Not under runs/: this is no training run (pejax.compare reads runs/*).
+  workdir = pathlib.Path(config.workdir or os.path.join("pretrained", label))
   out_dir = experiment._new_eval_dir(workdir, name)  # pylint: disable=protected-access
   modes = ("nonoverlap", "sliding") if config.eval.mode == "both" else (config.eval.mode,)
   stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
