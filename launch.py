@@ -12,6 +12,10 @@ Examples (tests/test_doc_examples.py runs every one of them):
     python launch.py --workdir=runs/alibi-L128 --pe=alibi
     python launch.py --workdir=runs/alibi-L128 --eval_only --eval_lens=256,512 --eval_name=long
     python launch.py --study=extrapolation --quick      # a study: sweep, report.md, plots
+    python launch.py --init_from_hf=<hf dir> --eval_only --data=<text> --eval_lens=1024,4096 \
+        --eval_rope_scaling=yarn,linear          # a pretrained HF model, zero-shot scalings
+    python launch.py --init_from_hf=<hf dir> --data=<text> --train_len=4096 \
+        --rope_scaling=yarn --rope_factor=4      # fine-tune it with a new scaling
     python -m pejax.compare runs/*                       # one table and one plot
 
 One config (``--config``, a ``get_config()`` file, default experiments/configs/default.py), one
@@ -55,6 +59,7 @@ ALIASES = {
     "sliding_window": "model.sliding_window",
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
+    "eval_rope_scaling": "eval.rope_scaling", "init_from_hf": "train.init_from_hf",
 }
 # Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
 ALIASES.update({
@@ -89,6 +94,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       "<data>-<hash>); for --study, the report directory.", **fv)
   flags.DEFINE_bool("eval_only", False, "Evaluate the run in --workdir with its own config "
                     "(only --config.eval.* / --eval_lens may change) into evals/<name>/.", **fv)
+  flags.DEFINE_string("init_from_hf", None, "Alias of --config.train.init_from_hf: a local "
+                      "Hugging Face checkpoint directory (llama, mistral, qwen2, qwen3, phi3, "
+                      "gemma; with tokenizer.json) to fine-tune on --data (its tokenizer; "
+                      "--rope_scaling applies); with --eval_only: perplexity vs --eval_lens of "
+                      "that model, zero-shot with each --eval_rope_scaling.", **fv)
+  flags.DEFINE_string("eval_rope_scaling", None, "Alias of --config.eval.rope_scaling "
+                      "(with --init_from_hf: a comma-separated list).", **fv)
   flags.DEFINE_string("eval_name", "", "Name of the evaluation directory evals/<name>/ "
                       "(default: a UTC timestamp); an existing name is an error.", **fv)
   flags.DEFINE_enum("study", None, study_names(), "Run a study (= --config=experiments/"
@@ -218,6 +230,11 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> in
   try:
     if "study" in config:
       run_study(config, overrides, origins)
+      return 0
+    if flag_values["init_from_hf"].value and flag_values["eval_only"].value:
+      from pejax.train import pretrained  # pylint: disable=g-import-not-at-top
+      pretrained.evaluate_pretrained(flag_values["init_from_hf"].value, config,
+                                     name=flag_values["eval_name"].value)
       return 0
     if flag_values["eval_only"].value:
       if not flag_values["workdir"].value:

@@ -99,6 +99,7 @@ _EXPORTS = {
     "pe_names": "pejax.nn",
     "get_pe_class": "pejax.nn",
     "build_pe": "pejax.nn",
+    "generate": "pejax.nn",
     "load_corpus": "pejax.data",
     "make_train_iterator": "pejax.data",
     "nonoverlapping_windows": "pejax.data",
@@ -116,6 +117,6 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(
     __name__, _EXPORTS,
-    submodules=("data", "encodings", "eval", "experiment_config", "nn", "parallel", "train"))
+    submodules=("data", "encodings", "eval", "experiment_config", "hf", "nn", "parallel", "train"))
 
 __all__ = ("__version__", *_EXPORTS)

@@ -121,6 +121,8 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.train.keep_checkpoints = 2  # Checkpoints kept on disk; 0 keeps all.
   config.train.resume = True  # Continue from the latest checkpoint in workdir if present.
   config.train.init_from = ""  # Workdir whose latest weights initialize a fresh run (fine-tune).
+  config.train.init_from_hf = ""  # Local Hugging Face checkpoint: its architecture, weights and
+  # tokenizer start the run (fine-tuning; model.* is then the checkpoint's, pe.scaling applies).
   config.train.tensorboard = True  # Also write TensorBoard events (if tensorboardX is installed).
 
   config.eval = ml_collections.ConfigDict()

@@ -165,7 +165,9 @@ class DocExamplesTest(parameterized.TestCase):
       text = launch._help_doc()  # pylint: disable=protected-access
       self.assertIn("--config.model.d_model=128", text)
       return
-    args = [w.replace("experiments/configs/", f"{ROOT}/experiments/configs/") for w in words[2:]]
+    args = [w.replace("experiments/configs/", f"{ROOT}/experiments/configs/")
+            .replace("tests/hf/fixtures/", f"{ROOT}/tests/hf/fixtures/")
+            .replace("--data=README.md", f"--data={ROOT}/README.md") for w in words[2:]]
     if words[1] == "-m" and words[2] == "pejax.compare":
       runs = [p for a in args[1:] for p in sorted(glob.glob(a))]
       self.assertNotEmpty(runs, command)

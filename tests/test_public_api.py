@@ -17,12 +17,13 @@ from absl.testing import absltest
 import jax
 
 import pejax
+import pejax.hf
 import pejax.nn
 
 # Packages whose ``__all__`` is the public API checked docstring by docstring.
 PUBLIC_PACKAGES = (
     "pejax", "pejax.encodings", "pejax.nn", "pejax.data", "pejax.eval", "pejax.train",
-    "pejax.parallel",
+    "pejax.parallel", "pejax.hf",
 )
 
 # Annotation text that marks a signature as taking or returning arrays.
@@ -175,6 +176,9 @@ class PublicApiTest(absltest.TestCase):
       self.assertTrue(hasattr(pejax, name), name)
     self.assertTrue(hasattr(pejax.nn, "Decoder"))
     self.assertTrue(hasattr(pejax.nn, "DecoderConfig"))
+    for name in ("from_pretrained", "save_pretrained", "load_tokenizer"):
+      self.assertTrue(hasattr(pejax.hf, name), name)
+    self.assertTrue(callable(pejax.generate))
 
   def test_every_public_name_is_documented(self):
     self.assertEqual(len(set(pejax.__all__)), len(pejax.__all__))

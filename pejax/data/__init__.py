@@ -1,5 +1,8 @@
 """Byte-level data (vocabulary 256): corpora, synthetic tasks, batch iterators, eval windows.
 
+* `tokenize_corpus(corpus, tokenizer)`: the same corpora with a pretrained model's vocabulary;
+  `passkey_text_example`: natural-language passkey prompts with that tokenizer.
+
 * `load_corpus(name)`: "stdlib" (the Python standard library's `.py` sources, split by file) or
   any UTF-8 text file / directory.
 * Synthetic length-generalization tasks: copy, reverse, passkey retrieval, addition.
@@ -24,6 +27,7 @@ from pejax.data.language_model import LanguageModelIterator
 from pejax.data.passkey import passkey_example
 from pejax.data.passkey import passkey_min_length
 from pejax.data.passkey import solve_passkey
+from pejax.data.passkey_text import passkey_text_example
 from pejax.data.registry import BUILTIN_CORPORA
 from pejax.data.registry import is_task
 from pejax.data.registry import load_corpus
@@ -41,6 +45,7 @@ from pejax.data.synthetic_example import PAD_ID
 from pejax.data.synthetic_example import SyntheticExample
 from pejax.data.synthetic_example import encode_examples
 from pejax.data.text_corpus import load_text_corpus
+from pejax.data.tokenized_corpus import tokenize_corpus
 
 __all__ = (
     "BUILTIN_CORPORA",
@@ -66,6 +71,7 @@ __all__ = (
     "nonoverlapping_windows",
     "passkey_example",
     "passkey_min_length",
+    "passkey_text_example",
     "reverse_example",
     "sliding_windows",
     "solve",
@@ -77,4 +83,5 @@ __all__ = (
     "stdlib_source_files",
     "synthetic_batch",
     "synthetic_examples",
+    "tokenize_corpus",
 )

@@ -3,6 +3,7 @@
 from pejax.eval.exact_match import answer_exact_match
 from pejax.eval.passkey import passkey_accuracy
 from pejax.eval.passkey import PasskeyResult
+from pejax.eval.passkey import passkey_text_accuracy
 from pejax.eval.perplexity import default_stride
 from pejax.eval.perplexity import LengthResult
 from pejax.eval.perplexity import perplexity_at_lengths
@@ -22,6 +23,7 @@ __all__ = (
     "LengthResult",
     "passkey_accuracy",
     "PasskeyResult",
+    "passkey_text_accuracy",
     "perplexity_at_lengths",
     "plot_loss",
     "plot_perplexity",

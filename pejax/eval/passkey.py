@@ -95,3 +95,54 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
       if progress is not None:
         progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
   return results
+
+
+def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int],
+                          depths: Sequence[float], examples: int = 4, seed: int = 0,
+                          blockwise_threshold: int = 2048,
+                          progress: Optional[Callable[[str], None]] = None
+                          ) -> List[PasskeyResult]:
+  """Natural-language passkey accuracy of a pretrained model, with its own tokenizer.
+
+  Each cell holds ``examples`` prompts of exactly L tokens (:func:`pejax.data.passkey_text.
+  passkey_text_example`); a prompt counts as right when the argmax prediction of every answer
+  token is right under teacher forcing (the same event as greedy decoding of the key).
+
+  Args:
+    model: decoder called as ``model(inputs, positions=..., attention=...) -> [B, L, V]``.
+    tokenizer: ``encode(str) -> ids`` with the model's vocabulary (``pejax.hf.load_tokenizer``).
+    lengths: sequence lengths L in tokens.
+    depths: key depths in [0, 1].
+    examples: prompts per cell (one batch).
+    seed: data seed; cell (i, j) uses keys from ``seed + 1000 * i + 100 * j + e``.
+    blockwise_threshold: lengths above it use blockwise attention.
+    progress: optional callback receiving one line per cell.
+
+  Returns:
+    One :class:`PasskeyResult` per cell, lengths outer; a length too short for the prompt is
+    reported with ``status = "n/a (needs N tokens)"``.
+  """
+  from pejax.data import passkey_text  # pylint: disable=g-import-not-at-top
+  examples = arg_checks.check_positive_int("examples", examples)
+  results = []
+  for i, length in enumerate(lengths):
+    length = arg_checks.check_positive_int("lengths", length)
+    for j, depth in enumerate(depths):
+      try:
+        rows = [passkey_text.passkey_text_example(
+            tokenizer, length=length, depth=float(depth), seed=seed + 1000 * i + 100 * j + e)
+                for e in range(examples)]
+      except ValueError as e:
+        results.append(PasskeyResult(length, float(depth), float("nan"), 0,
+                                     f"n/a ({str(e).split(' for ')[0]})"))
+        continue
+      batch = {k: jnp.asarray(np.stack([r[k] for r in rows]))
+               for k in ("inputs", "targets", "positions", "loss_mask")}
+      right = exact_match.answer_exact_match(
+          model, batch["inputs"], batch["targets"], batch["positions"], batch["loss_mask"],
+          attention="blockwise" if length > blockwise_threshold else "dense")
+      accuracy = float(np.mean(np.asarray(right)))
+      results.append(PasskeyResult(length, float(depth), accuracy, examples))
+      if progress is not None:
+        progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
+  return results

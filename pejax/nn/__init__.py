@@ -8,9 +8,12 @@ from pejax.nn.dense_attention import dense_attention
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.generation import generate
+from pejax.nn.generation import sample_logits
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
+from pejax.nn.offset_rms_norm import OffsetRMSNorm
 from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
 from pejax.nn.positional import LearnedConfig
@@ -51,6 +54,7 @@ __all__ = [
     "KVCache",
     "LearnedPE",
     "Mlp",
+    "OffsetRMSNorm",
     "NoPE",
     "PositionalEncoding",
     "RotaryPE",
@@ -64,8 +68,10 @@ __all__ = [
     "build_pe",
     "choose_implementation",
     "dense_attention",
+    "generate",
     "get_pe_class",
     "init_kv_cache",
     "pe_names",
     "register_pe",
+    "sample_logits",
 ]

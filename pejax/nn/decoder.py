@@ -52,6 +52,7 @@ from pejax.nn.attention import Bias, choose_implementation
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
+from pejax.nn.offset_rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
 from pejax.nn.self_attention import pe_bias
@@ -75,8 +76,9 @@ class Decoder(nnx.Module):
   """Decoder-only Transformer: embed -> PE ``embed`` -> N blocks -> RMSNorm -> logits.
 
   The token embedding is initialized from N(0, 1/E) and multiplied by sqrt(E) on input (unit
-  scale, comparable to sinusoidal positions); with tied embeddings the output projection is its
-  transpose, giving unit-scale logits at initialization.
+  scale, comparable to sinusoidal positions; ``scale_embeddings=False`` uses it as it is, as
+  Llama-style checkpoints do); with tied embeddings the output projection is its transpose,
+  giving unit-scale logits at initialization.
 
   Sharding (:mod:`pejax.parallel`): the embedding ``[V, E]`` is ``("vocab", "embed")``, an untied
   output kernel ``[E, V]`` is ``("embed", "vocab")``; the blocks annotate their own kernels. Norm
@@ -115,8 +117,7 @@ class Decoder(nnx.Module):
     self.layer_pe = tuple(layer_pe)
     self.blocks = nnx.List([DecoderBlock(config, rngs=rngs, layer=layer)
                             for layer in range(config.num_layers)])
-    self.final_norm = nnx.RMSNorm(
-        config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.final_norm = make_rms_norm(config, config.d_model, rngs=rngs)
     self.lm_head = None if config.tie_embeddings else TokenLinear(
         config.d_model, config.vocab_size, use_bias=False, dtype=dtype,
         kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, (axes.EMBED, axes.VOCAB)),
@@ -203,7 +204,8 @@ class Decoder(nnx.Module):
                              for pe in self.layer_pes()))
 
   def prefill(self, tokens: jax.Array, positions: Optional[jax.Array],
-              cache: KVCache) -> tuple[jax.Array, KVCache]:
+              cache: KVCache, *, segment_ids: Optional[jax.Array] = None
+              ) -> tuple[jax.Array, KVCache]:
     """Runs ``L`` prompt tokens, writes them to the cache and returns their logits.
 
     Equal to the full forward pass over the same tokens and positions (any PE). May also be
@@ -214,6 +216,9 @@ class Decoder(nnx.Module):
       positions: int ``[B, L]`` (or ``[1, L]``); ``None`` continues from the cache length
         (``length .. length + L - 1``).
       cache: from :meth:`init_cache` or a previous call.
+      segment_ids: optional int ``[B, L]``, 1 for a token and 0 for left padding (prompts of
+        different lengths in one batch): tokens never attend to padding slots, in this call or
+        later ones (the cache keeps the ids; later tokens count as 1).
 
     Returns:
       ``(logits [B, L, V] float32, cache)``.
@@ -224,7 +229,7 @@ class Decoder(nnx.Module):
         logits are NaN instead (the cache length then exceeds ``max_length``, so every later
         call is NaN too).
     """
-    return self._extend(tokens, positions, cache)
+    return self._extend(tokens, positions, cache, segment_ids=segment_ids)
 
   def decode_step(self, token: jax.Array, position: jax.Array,
                   cache: KVCache) -> tuple[jax.Array, KVCache]:
@@ -249,7 +254,8 @@ class Decoder(nnx.Module):
     return self._extend(token, position, cache)
 
   def _extend(self, tokens: jax.Array, positions: Optional[jax.Array],
-              cache: KVCache) -> tuple[jax.Array, KVCache]:
+              cache: KVCache, *, segment_ids: Optional[jax.Array] = None
+              ) -> tuple[jax.Array, KVCache]:
     tokens = self._check_tokens(tokens)
     batch, length = tokens.shape
     if not isinstance(cache, KVCache):
@@ -272,6 +278,16 @@ class Decoder(nnx.Module):
     positions = jnp.broadcast_to(positions, (batch, length))
     start = cache.length
     cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions, (0, start))
+    cache_segment_ids = cache.segment_ids
+    if segment_ids is not None or cache_segment_ids is not None:
+      if segment_ids is None:
+        segment_ids = jnp.ones((batch, length), jnp.int32)
+      segment_ids = _check_batch_array("segment_ids", segment_ids, batch, length,
+                                       allow_shared=False)
+      if cache_segment_ids is None:
+        cache_segment_ids = jnp.ones(cache.positions.shape, jnp.int32)
+      cache_segment_ids = jax.lax.dynamic_update_slice(cache_segment_ids, segment_ids,
+                                                       (0, start))
     implementation = self._implementation(self.config.attention, length)
     x = self._embed(tokens, positions)
     biases = self._shared_biases(positions, cache_positions, implementation)
@@ -282,7 +298,8 @@ class Decoder(nnx.Module):
       x, layer_keys, layer_values, layer_features = block.extend(
           x, pe=self.pes[index], positions=positions, cache_positions=cache_positions,
           keys=layer_keys, values=layer_values, length=start, bias=biases[index],
-          implementation=implementation, features=layer_features)
+          implementation=implementation, features=layer_features, segment_ids=segment_ids,
+          cache_segment_ids=cache_segment_ids)
       keys.append(layer_keys)
       values.append(layer_values)
       features.append(layer_features)
@@ -290,7 +307,7 @@ class Decoder(nnx.Module):
     # dynamic_update_slice clamps an overflowing write silently: poison the logits instead.
     logits = jnp.where(start + length > cache.max_length, jnp.nan, logits)
     return logits, KVCache(tuple(keys), tuple(values), cache_positions, start + length,
-                           tuple(features))
+                           tuple(features), cache_segment_ids)
 
   # ----------------------------------------------------------------------------------------------
   # Shared pieces.
@@ -339,7 +356,8 @@ class Decoder(nnx.Module):
     x = self.embed(tokens)
     if bad is not None:
       x = jnp.where(bad[..., None], jnp.asarray(jnp.nan, x.dtype), x)
-    x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
+    if self.config.scale_embeddings:
+      x = x * jnp.asarray(math.sqrt(self.config.d_model), x.dtype)
     for pe in self.pes:
       if pe.has_embed:
         x = pe.embed(x, positions)

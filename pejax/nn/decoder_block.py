@@ -15,6 +15,7 @@ from flax import nnx
 import jax
 
 from pejax.nn.mlp import Mlp
+from pejax.nn.offset_rms_norm import make_rms_norm
 from pejax.nn.self_attention import SelfAttention
 
 if TYPE_CHECKING:
@@ -25,11 +26,9 @@ class DecoderBlock(nnx.Module):
   """RMSNorm -> grouped-query self-attention -> residual; RMSNorm -> MLP -> residual."""
 
   def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs, layer: int = 0):
-    dtype = config.compute_dtype
-    self.attention_norm = nnx.RMSNorm(
-        config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.attention_norm = make_rms_norm(config, config.d_model, rngs=rngs)
     self.attention = SelfAttention(config, rngs=rngs, layer=layer)
-    self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.mlp_norm = make_rms_norm(config, config.d_model, rngs=rngs)
     self.mlp = Mlp(config, rngs=rngs)
 
   def __call__(self, x: jax.Array, **attention_kwargs: Any) -> jax.Array:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Union
 
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ from pejax.nn.attention import ATTENTION_CHOICES
 from pejax.nn.positional import registry
 from pejax.nn.positional.interface import PEConfig, pe_name_of
 
-MLP_KINDS = ("swiglu", "gelu")
+MLP_KINDS = ("swiglu", "gelu", "geglu")
 DTYPES = ("float32", "bfloat16")
 QUERY_SCALINGS = ("none", "logn", "ssmax")
 
@@ -45,15 +46,27 @@ class DecoderConfig:
   # Model shape.
   vocab_size: int = 256  # Vocabulary size V.
   num_layers: int = 2  # Number of decoder blocks.
-  d_model: int = 128  # Residual stream width E; head_dim = d_model // num_heads.
+  d_model: int = 128  # Residual stream width E; head_dim = d_model // num_heads by default.
   num_heads: int = 4  # Query heads H.
   num_kv_heads: Optional[int] = None  # Key/value heads K (GQA, divides num_heads); None = H.
-  mlp: str = "swiglu"  # "swiglu" or "gelu".
-  mlp_ratio: float = 4.0  # MLP hidden width = round(mlp_ratio * d_model).
+  mlp: str = "swiglu"  # "swiglu", "gelu" or "geglu" (gated, tanh-approximated GELU: Gemma).
+  mlp_ratio: float = 4.0  # MLP hidden width = round(mlp_ratio * d_model) unless mlp_dim is set.
   tie_embeddings: bool = True  # Output projection = transposed token embedding.
   dtype: str = "float32"  # Compute dtype, "float32" or "bfloat16" (params, PE angles and
   # softmax stay float32; logits are returned in float32).
   norm_epsilon: float = 1e-6  # RMSNorm epsilon.
+
+  # Options of pretrained architectures (Hugging Face checkpoints); the defaults are pejax's own.
+  explicit_head_dim: Optional[int] = None  # Per-head dim D when not d_model // num_heads
+  # (Gemma, Qwen3); None = d_model // num_heads (which must then divide evenly).
+  mlp_dim: Optional[int] = None  # MLP hidden width F (HF intermediate_size); None = mlp_ratio.
+  scale_embeddings: bool = True  # Multiply token embeddings by sqrt(d_model) (pejax, Gemma);
+  # False for Llama / Mistral / Qwen / Phi-3, which use them as they are.
+  qkv_bias: bool = False  # Biases on the query / key / value projections (Qwen2).
+  output_bias: bool = False  # Bias on the attention output projection.
+  qk_norm: bool = False  # Per-head RMSNorm of queries and keys before the rotation (Qwen3).
+  norm_offset: float = 0.0  # RMSNorm multiplies by (norm_offset + scale); Gemma: 1.0 with
+  # scales stored around 0.
 
   # Attention.
   attention: str = "auto"  # "dense", "blockwise", or "auto" (blockwise past the threshold).
@@ -75,7 +88,9 @@ class DecoderConfig:
     for name in ("vocab_size", "num_layers", "d_model", "num_heads", "block_size",
                  "blockwise_threshold"):
       arg_checks.check_positive_int(name, getattr(self, name))
-    if self.d_model % self.num_heads:
+    if self.explicit_head_dim is not None:
+      arg_checks.check_positive_int("explicit_head_dim", self.explicit_head_dim)
+    elif self.d_model % self.num_heads:
       raise ValueError(
           f"d_model must be divisible by num_heads ({self.num_heads}), got {self.d_model}")
     if self.num_kv_heads is not None:
@@ -86,6 +101,14 @@ class DecoderConfig:
             f"num_kv_heads={self.num_kv_heads}")
     arg_checks.check_choice("mlp", self.mlp, MLP_KINDS)
     arg_checks.check_positive_float("mlp_ratio", self.mlp_ratio)
+    if self.mlp_dim is not None:
+      arg_checks.check_positive_int("mlp_dim", self.mlp_dim)
+    if not isinstance(self.norm_offset, (int, float)) or isinstance(self.norm_offset, bool) or (
+        not math.isfinite(self.norm_offset)):
+      raise ValueError(f"norm_offset must be a finite number, got {self.norm_offset!r}")
+    for name in ("scale_embeddings", "qkv_bias", "output_bias", "qk_norm"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
     arg_checks.check_choice("dtype", self.dtype, DTYPES)
     arg_checks.check_positive_float("norm_epsilon", self.norm_epsilon)
     arg_checks.check_choice("attention", self.attention, ATTENTION_CHOICES)
@@ -132,7 +155,9 @@ class DecoderConfig:
 
   @property
   def head_dim(self) -> int:
-    """Per-head dimension D = d_model // num_heads."""
+    """Per-head dimension D: ``explicit_head_dim``, else ``d_model // num_heads``."""
+    if self.explicit_head_dim is not None:
+      return self.explicit_head_dim
     return self.d_model // self.num_heads
 
   @property
@@ -142,7 +167,9 @@ class DecoderConfig:
 
   @property
   def mlp_hidden(self) -> int:
-    """Hidden width of the MLP."""
+    """Hidden width F of the MLP: ``mlp_dim``, else ``round(mlp_ratio * d_model)``."""
+    if self.mlp_dim is not None:
+      return self.mlp_dim
     return max(1, round(self.mlp_ratio * self.d_model))
 
   @property

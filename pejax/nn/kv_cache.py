@@ -3,7 +3,9 @@
 Axes: B batch, T cache capacity (max_length), K key/value heads, D head dim, N layers.
 
 Every cached key carries its *position* (not only its slot), so decoding works with any PE and
-any position scheme (offsets, randomized positions). All rows share one fill ``length``.
+any position scheme (offsets, randomized positions). All rows share one fill ``length``; rows
+with shorter prompts are left-padded, and the cache's ``segment_ids`` (0 = padding) keep their
+tokens from attending to the padding slots.
 Writing past the capacity ``T`` raises ``ValueError`` in an eager call; under ``jax.jit`` (a
 traced ``length``) the decoder returns NaN logits and ``length`` stays above ``T``, so every
 later call is NaN too (``jax.lax.dynamic_update_slice`` would otherwise clamp the write and
@@ -34,7 +36,7 @@ on a 2-layer d=32 model, factor 4, 24 tokens past an original length of 8).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +52,9 @@ class KVCache(NamedTuple):
     length: int32 scalar, number of filled slots (the same for all rows).
     features: tuple of N entries, each ``None`` or the float32 ``[B, T, ...]`` key features of
       a content-aware PE in that layer (FoX's cumulative log forget gates).
+    segment_ids: ``None`` (every filled slot is a token of its row), or int32 ``[B, T]``: 1 for
+      a token, 0 for a padding slot (left-padded prompts of different lengths); a token attends
+      only to slots of its own segment id.
   """
 
   keys: tuple[jax.Array, ...]
@@ -57,6 +62,7 @@ class KVCache(NamedTuple):
   positions: jax.Array
   length: jax.Array
   features: tuple = ()
+  segment_ids: Optional[jax.Array] = None
 
   @property
   def max_length(self) -> int:

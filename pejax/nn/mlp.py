@@ -1,10 +1,11 @@
-"""The position-wise MLP of a decoder block: SwiGLU or GELU.
+"""The position-wise MLP of a decoder block: SwiGLU, GELU or GeGLU.
 
 Axes: B batch, L length, E model width, F hidden width.
 
 References:
   Shazeer 2020, "GLU Variants Improve Transformer", arXiv 2002.05202 (SwiGLU).
   Hendrycks & Gimpel 2016, "Gaussian Error Linear Units (GELUs)", arXiv 1606.08415.
+  Gemma Team 2024, arXiv 2403.08295 (GeGLU with the tanh-approximated GELU).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 
 class Mlp(nnx.Module):
-  """``down(silu(gate(x)) * up(x))`` (SwiGLU) or ``down(gelu(up(x)))`` (GELU), no biases.
+  """``down(silu(gate(x)) * up(x))`` (SwiGLU), ``down(gelu(up(x)))`` (GELU) or
+  ``down(gelu(gate(x)) * up(x))`` (GeGLU), no biases; GELU is the tanh approximation
+  (PyTorch's ``gelu(approximate="tanh")``, HF ``gelu_pytorch_tanh``).
 
   Sharding: ``gate`` / ``up`` kernels ``[E, F]`` are ``("embed", "mlp")``, ``down`` ``[F, E]`` is
   ``("mlp", "embed")`` (column then row parallel over the ``model`` mesh axis).
@@ -37,7 +40,8 @@ class Mlp(nnx.Module):
           features_in, features_out, use_bias=False, dtype=dtype,
           kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
 
-    self.gate = linear(width, hidden, (axes.EMBED, axes.MLP)) if self.kind == "swiglu" else None
+    gated = self.kind in ("swiglu", "geglu")
+    self.gate = linear(width, hidden, (axes.EMBED, axes.MLP)) if gated else None
     self.up = linear(width, hidden, (axes.EMBED, axes.MLP))
     self.down = linear(hidden, width, (axes.MLP, axes.EMBED))
 
@@ -50,8 +54,10 @@ class Mlp(nnx.Module):
     Returns:
       ``[B, L, E]`` in the compute dtype.
     """
-    if self.gate is not None:
+    if self.kind == "swiglu":
       hidden = nnx.silu(self.gate(x)) * self.up(x)
+    elif self.kind == "geglu":
+      hidden = nnx.gelu(self.gate(x), approximate=True) * self.up(x)
     else:
       hidden = nnx.gelu(self.up(x))
     return self.down(hidden)

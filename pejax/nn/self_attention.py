@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention
+from pejax.nn.offset_rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -82,22 +83,34 @@ class SelfAttention(nnx.Module):
       length = max(config.query_scaling_length, 2) if config.query_scaling_length else 512
       self.ssmax_s = nnx.Param(jnp.full((self.num_heads,), 1.0 / math.log(length), jnp.float32))
 
-    def linear(features_in: int, features_out: int, names: tuple[str, str]) -> TokenLinear:
+    def linear(features_in: int, features_out: int, names: tuple[str, str], *,
+               bias: bool = False) -> TokenLinear:
       return TokenLinear(
-          features_in, features_out, use_bias=False, dtype=dtype,
-          kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names), rngs=rngs)
+          features_in, features_out, use_bias=bias, dtype=dtype,
+          kernel_init=axes.partitioned(nnx.nn.linear.default_kernel_init, names),
+          bias_init=axes.partitioned(nnx.initializers.zeros_init(), names[1:]), rngs=rngs)
 
-    self.query = linear(width, self.num_heads * self.head_dim, (axes.EMBED, axes.HEADS))
-    self.key = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS))
-    self.value = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS))
-    self.output = linear(self.num_heads * self.head_dim, width, (axes.HEADS, axes.EMBED))
+    qkv_bias = config.qkv_bias
+    self.query = linear(width, self.num_heads * self.head_dim, (axes.EMBED, axes.HEADS),
+                        bias=qkv_bias)
+    self.key = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS),
+                      bias=qkv_bias)
+    self.value = linear(width, self.num_kv_heads * self.head_dim, (axes.EMBED, axes.KV_HEADS),
+                        bias=qkv_bias)
+    self.output = linear(self.num_heads * self.head_dim, width, (axes.HEADS, axes.EMBED),
+                         bias=config.output_bias)
+    # QK-norm (Qwen3): an RMSNorm over each query / key head, before the PE rotation.
+    self.query_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if config.qk_norm else None
+    self.key_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if config.qk_norm else None
 
   def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``[B, L, E]`` -> q ``[B, L, H, D]``, k and v ``[B, L, K, D]``."""
+    """``[B, L, E]`` -> q ``[B, L, H, D]``, k and v ``[B, L, K, D]`` (QK-normed if configured)."""
     batch, length = x.shape[:2]
     q = self.query(x).reshape((batch, length, self.num_heads, self.head_dim))
     k = self.key(x).reshape((batch, length, self.num_kv_heads, self.head_dim))
     v = self.value(x).reshape((batch, length, self.num_kv_heads, self.head_dim))
+    if self.query_norm is not None:
+      q, k = self.query_norm(q), self.key_norm(k)
     return (axes.constrain(q, _HEADS_LAYOUT), axes.constrain(k, _KV_HEADS_LAYOUT),
             axes.constrain(v, _KV_HEADS_LAYOUT))
 
@@ -181,7 +194,9 @@ class SelfAttention(nnx.Module):
 
   def extend(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
              cache_positions: jax.Array, keys: jax.Array, values: jax.Array, length: jax.Array,
-             bias: Bias, implementation: str, features=None):
+             bias: Bias, implementation: str, features=None,
+             segment_ids: Optional[jax.Array] = None,
+             cache_segment_ids: Optional[jax.Array] = None):
     """Appends ``L`` tokens to this layer's cache and attends over everything cached so far.
 
     Args:
@@ -196,6 +211,9 @@ class SelfAttention(nnx.Module):
       implementation: ``"dense"`` or ``"blockwise"``.
       features: this layer's cached key features ``[B, T, ...]`` (content-aware PEs) or
         ``None``.
+      segment_ids: optional int32 ``[B, L]`` segment of each new token (0 = padding); given
+        together with ``cache_segment_ids``.
+      cache_segment_ids: optional int32 ``[B, T]`` segment of every slot, new tokens included.
 
     Returns:
       ``(out [B, L, E], keys, values, features)`` with the new tokens written at slots
@@ -214,5 +232,6 @@ class SelfAttention(nnx.Module):
         q, visible_keys, values, pe=pe, x=x, q_positions=positions, k_positions=cache_positions,
         bias=bias, implementation=implementation,
         cache=None if features is None else (features, length), q_offset=length,
-        kv_length=length + x.shape[1])
+        kv_length=length + x.shape[1], q_segment_ids=segment_ids,
+        k_segment_ids=cache_segment_ids)
     return self._merge_heads(out), keys, values, features

@@ -52,7 +52,7 @@ ROPE_SCALINGS = ("none",) + scalings.scaling_names()
 EVAL_MODES = ("nonoverlap", "sliding", "both")  # "both" runs the two ALiBi-paper protocols.
 # Config sections whose values change what a checkpoint means (hashed into the default workdir).
 _IDENTITY_SECTIONS = ("model", "pe", "data", "optim", "seed")
-_TRAINING_RUN_FIELDS = ("steps", "init_from")  # The train.* fields that define a run.
+_TRAINING_RUN_FIELDS = ("steps", "init_from", "init_from_hf")  # train.* fields defining a run.
 CONFIG_FILENAME = "config.json"
 STATUS_FILENAME = "status.json"
 EVALS_SUBDIR = "evals"
@@ -211,6 +211,47 @@ def decoder_config_from(config: ml_collections.ConfigDict, *,
         query_scaling_length=int(config.data.train_len) if query_scaling != "none" else 0)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+
+
+def pretrained_setup(config: ml_collections.ConfigDict) -> tuple[DecoderConfig, Any]:
+  """The decoder config and tokenizer of ``config.train.init_from_hf`` (fine-tuning).
+
+  The architecture is the checkpoint's (``model.*`` is not read, except ``dtype``,
+  ``attention`` and ``block_size``); a ``pe.scaling`` replaces the checkpoint's RoPE scaling
+  (``pe.factor``; ``pe.original_max_position`` defaults to the checkpoint's
+  ``max_position_embeddings``).
+
+  Args:
+    config: the experiment config, with ``train.init_from_hf`` set.
+
+  Returns:
+    ``(decoder config, tokenizer)``.
+
+  Raises:
+    ConfigError: when the checkpoint or tokenizer cannot be loaded (naming the file or field).
+  """
+  from pejax import hf  # pylint: disable=g-import-not-at-top
+  from pejax.hf import safetensors_files  # pylint: disable=g-import-not-at-top
+  path = str(config.train.init_from_hf)
+  m = config.model
+  try:
+    model_config = hf.load_config(path, dtype=m.dtype, attention=m.attention,
+                                  block_size=m.block_size,
+                                  blockwise_threshold=config.eval.blockwise_threshold)
+    tokenizer = hf.load_tokenizer(path)
+    context = safetensors_files.read_json(os.path.join(path, "config.json"), "config.json").get(
+        "max_position_embeddings")
+  except ValueError as e:
+    raise ConfigError(f"train.init_from_hf: {e}") from None
+  scaling = str(config.pe.get("scaling") or "none")
+  if scaling != "none":
+    pe = with_rope_scaling(
+        model_config.pe, scaling, factor=float(config.pe.get("factor") or 1.0),
+        original_max_position=int(config.pe.get("original_max_position") or context
+                                  or config.data.train_len),
+        head_dim=model_config.head_dim)
+    model_config = dataclasses.replace(model_config, pe=pe)
+  return model_config, tokenizer
 
 
 def eval_lengths(config: ml_collections.ConfigDict) -> List[int]:
@@ -651,10 +692,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
   eval_lengths(config)
   if config.eval.mode not in EVAL_MODES:
     raise ConfigError(f"eval_mode must be one of {list(EVAL_MODES)}, got {config.eval.mode!r}")
-  model_config = decoder_config_from(config)
-  is_task = data_lib.is_task(str(config.data.name))
+  model_config, corpus, is_task = _model_config_and_corpus(config)
   try:
-    corpus = None if is_task else data_lib.load_corpus(str(config.data.name))
     train_iter = data_lib.make_train_iterator(config, corpus=corpus)
   except ValueError as e:
     raise ConfigError(str(e)) from None
@@ -686,6 +725,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, *,
         coordinator=coordinator, started=started, log=log, step_callbacks=step_callbacks)
 
 
+def _model_config_and_corpus(config: ml_collections.ConfigDict):
+  """``(decoder config, corpus or None, is_task)``: from ``model.*`` and bytes, or, with
+  ``train.init_from_hf``, the checkpoint's architecture and the corpus in its tokens."""
+  is_task = data_lib.is_task(str(config.data.name))
+  hf_dir = str(config.train.get("init_from_hf", "") or "")
+  tokenizer = None
+  if hf_dir:
+    if is_task:
+      raise ConfigError(f"train.init_from_hf fine-tunes on text; data.name={config.data.name!r} "
+                        "is a synthetic byte task")
+    if config.eval.passkey:
+      raise ConfigError("eval.passkey is the byte-level task; for a pretrained model use "
+                        "--init_from_hf=<dir> --eval_only --config.eval.passkey=True")
+    model_config, tokenizer = pretrained_setup(config)
+  else:
+    model_config = decoder_config_from(config)
+  try:
+    corpus = None if is_task else data_lib.load_corpus(str(config.data.name))
+    if tokenizer is not None:
+      corpus = data_lib.tokenize_corpus(corpus, tokenizer)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  return model_config, corpus, is_task
+
+
+def _init_from_hf(model: Decoder, config: ml_collections.ConfigDict, log) -> None:
+  """Copies the weights of ``train.init_from_hf`` into ``model`` (float32 parameters)."""
+  from pejax import hf  # pylint: disable=g-import-not-at-top
+  path = str(config.train.init_from_hf)
+  loaded = hf.from_pretrained(path, dtype="float32", pe=model.config.pe,
+                              attention=model.config.attention,
+                              block_size=model.config.block_size,
+                              blockwise_threshold=model.config.blockwise_threshold)
+  nnx.update(model, nnx.state(loaded, nnx.Param))
+  log(f"initialized from the Hugging Face checkpoint {path}")
+
+
 def _num_params(model) -> int:
   return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
@@ -703,7 +779,8 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
   eval_fn = None
   if corpus is not None:
     unigram = unigram_perplexity(corpus.train)
-    log(f"data: {len(corpus.train):,} train / {len(corpus.valid):,} validation bytes; "
+    unit = "tokens" if "tokenizer" in corpus.metadata else "bytes"
+    log(f"data: {len(corpus.train):,} train / {len(corpus.valid):,} validation {unit}; "
         f"unigram perplexity {unigram:.2f} (a context-free model's level)")
     eval_fn = _validation_fn(corpus.valid, train_len)
   already_finished = is_finished(workdir) and (workdir / "results.json").exists()
@@ -716,6 +793,11 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
       log(text)
       return ExperimentResult(workdir, None, {}, [], text, unigram)
   init_from = config.train.get("init_from", "")
+  if config.train.get("init_from_hf", "") and not (
+      workdir / checkpoint_lib.CHECKPOINT_SUBDIR).exists():
+    if init_from:
+      raise ConfigError("train.init_from and train.init_from_hf are exclusive; give one")
+    _init_from_hf(model, config, log)
   if init_from and not (workdir / checkpoint_lib.CHECKPOINT_SUBDIR).exists():
     # Fine-tuning: weights from another run (model shapes must match; PE scaling, length and
     # optimizer may differ), a fresh optimizer, step 0.
@@ -966,9 +1048,7 @@ def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, An
   eval_lengths(config)
   if config.eval.mode not in EVAL_MODES:
     raise ConfigError(f"eval_mode must be one of {list(EVAL_MODES)}, got {config.eval.mode!r}")
-  model_config = decoder_config_from(config)
-  is_task = data_lib.is_task(str(config.data.name))
-  corpus = None if is_task else data_lib.load_corpus(str(config.data.name))
+  model_config, corpus, is_task = _model_config_and_corpus(config)
   status = run_status(workdir)
   if status.get("state") != "finished":
     log(f"note: {workdir} is not a finished run (state {status.get('state')!r}); evaluating its "

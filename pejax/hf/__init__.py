@@ -1,0 +1,31 @@
+"""Hugging Face checkpoints and tokenizers in and out (local files only, no network).
+
+* :func:`from_pretrained`: a local HF decoder directory (llama, mistral, qwen2, qwen3, phi3,
+  gemma) -> :class:`pejax.nn.Decoder` whose logits equal transformers'.
+* :func:`save_pretrained`: a decoder -> ``config.json`` + ``model.safetensors`` that
+  transformers loads to the same logits.
+* :func:`load_tokenizer`: the directory's ``tokenizer.json`` through the ``tokenizers`` package.
+* :func:`with_rope_scaling`: the same weights with a context-extension RoPE scaling.
+"""
+
+from pejax.hf.checkpoint_loading import from_pretrained
+from pejax.hf.checkpoint_loading import load_config
+from pejax.hf.checkpoint_loading import with_rope_scaling
+from pejax.hf.checkpoint_saving import save_pretrained
+from pejax.hf.config_mapping import SUPPORTED_MODEL_TYPES
+from pejax.hf.config_mapping import decoder_config_from_hf
+from pejax.hf.config_mapping import decoder_config_to_hf
+from pejax.hf.tokenizer import Tokenizer
+from pejax.hf.tokenizer import load_tokenizer
+
+__all__ = (
+    "SUPPORTED_MODEL_TYPES",
+    "Tokenizer",
+    "decoder_config_from_hf",
+    "decoder_config_to_hf",
+    "from_pretrained",
+    "load_config",
+    "load_tokenizer",
+    "save_pretrained",
+    "with_rope_scaling",
+)

@@ -1,0 +1,141 @@
+"""``load_tokenizer``: a checkpoint directory's ``tokenizer.json`` through ``tokenizers``.
+
+Local files only (no network, no ``transformers``). The special tokens come from
+``tokenizer_config.json`` (``bos_token`` / ``eos_token`` / ``pad_token``, strings or
+``{"content": ...}`` dicts) and, for the stop ids, from ``generation_config.json`` /
+``config.json`` (``eos_token_id``, an id or a list).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from pejax.hf import safetensors_files as files_lib
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class Tokenizer:
+  """Text <-> int32 token ids with a model's vocabulary (wraps ``tokenizers.Tokenizer``).
+
+  Attributes:
+    name: the directory it was loaded from.
+    vocab_size: size of the vocabulary, special tokens included.
+    bos_token_id: id of the beginning-of-sequence token, or ``None``.
+    eos_token_ids: ids that end generation (possibly empty).
+    pad_token_id: id of the padding token, or ``None``.
+  """
+
+  def __init__(self, tokenizer: Any, *, name: str, bos_token_id: Optional[int] = None,
+               eos_token_ids: Sequence[int] = (), pad_token_id: Optional[int] = None):
+    """Wraps a ``tokenizers.Tokenizer``.
+
+    Args:
+      tokenizer: the ``tokenizers.Tokenizer``.
+      name: a label (the directory).
+      bos_token_id: beginning-of-sequence id.
+      eos_token_ids: stop ids.
+      pad_token_id: padding id.
+    """
+    self._tokenizer = tokenizer
+    self.name = name
+    self.vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    self.bos_token_id = bos_token_id
+    self.eos_token_ids = tuple(eos_token_ids)
+    self.pad_token_id = pad_token_id
+
+  def encode(self, text: str, *, add_special_tokens: bool = False) -> np.ndarray:
+    """Token ids of ``text``.
+
+    Args:
+      text: a string.
+      add_special_tokens: let the tokenizer's post-processor add its special tokens (BOS ...).
+
+    Returns:
+      int32 ``[N]`` ids.
+    """
+    if not isinstance(text, str):
+      raise ValueError(f"text must be a str, got {type(text).__name__}")
+    ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+    return np.asarray(ids, np.int32)
+
+  def decode(self, ids: Any, *, skip_special_tokens: bool = True) -> str:
+    """Text of token ids.
+
+    Args:
+      ids: int ``[N]`` ids (array or list).
+      skip_special_tokens: drop special tokens from the text.
+
+    Returns:
+      The decoded string.
+    """
+    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+    return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+  def __repr__(self) -> str:
+    return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
+
+
+def _token_text(value: Any) -> Optional[str]:
+  if isinstance(value, dict):
+    value = value.get("content")
+  return value if isinstance(value, str) else None
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+  if value is None:
+    return ()
+  values = value if isinstance(value, (list, tuple)) else [value]
+  return tuple(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
+
+
+def load_tokenizer(path: Any) -> Tokenizer:
+  """Loads ``tokenizer.json`` (and the special tokens) of a local checkpoint directory.
+
+  Args:
+    path: the checkpoint directory (or the ``tokenizer.json`` file itself).
+
+  Returns:
+    A :class:`Tokenizer`.
+
+  Raises:
+    ValueError: naming the file when ``tokenizer.json`` is missing or cannot be parsed.
+  """
+  from tokenizers import Tokenizer as HFTokenizer  # pylint: disable=g-import-not-at-top
+  full = os.path.abspath(os.path.expanduser(os.fspath(path)))
+  directory, file = (os.path.dirname(full), full) if os.path.isfile(full) else (
+      full, os.path.join(full, TOKENIZER_FILE))
+  if not os.path.isfile(file):
+    raise ValueError(f"{TOKENIZER_FILE} not found: {file} (pejax reads fast-tokenizer files "
+                     "only; sentencepiece .model files need converting)")
+  try:
+    tokenizer = HFTokenizer.from_file(file)
+  except Exception as e:  # The Rust parser raises its own exception types.
+    raise ValueError(f"cannot parse {TOKENIZER_FILE}: {file} ({e})") from None
+
+  def optional_json(name: str) -> dict:
+    file_path = os.path.join(directory, name)
+    return files_lib.read_json(file_path, name) if os.path.isfile(file_path) else {}
+
+  special = optional_json("tokenizer_config.json")
+  generation = optional_json("generation_config.json")
+  config = optional_json(files_lib.CONFIG_FILE)
+
+  def token_id(key: str) -> Optional[int]:
+    text = _token_text(special.get(key))
+    return None if text is None else tokenizer.token_to_id(text)
+
+  eos = _ids(generation.get("eos_token_id")) or _ids(config.get("eos_token_id"))
+  if not eos and token_id("eos_token") is not None:
+    eos = (token_id("eos_token"),)
+  bos = token_id("bos_token")
+  if bos is None:
+    bos = next(iter(_ids(config.get("bos_token_id"))), None)
+  pad = token_id("pad_token")
+  if pad is None:
+    pad = next(iter(_ids(config.get("pad_token_id"))), None)
+  return Tokenizer(tokenizer, name=directory, bos_token_id=bos, eos_token_ids=eos,
+                   pad_token_id=pad)

@@ -1,0 +1,139 @@
+"""Evaluating a pretrained Hugging Face decoder: perplexity vs length, zero-shot RoPE scalings.
+
+``python launch.py --init_from_hf=DIR --eval_only --data=FILE --eval_lens=...
+--eval_rope_scaling=yarn,linear,dynamic`` lands here: the model and its tokenizer are loaded
+from ``DIR`` (:mod:`pejax.hf`), the text is tokenized with the model's vocabulary, and the model
+is scored at every length as it is and once per requested RoPE scaling (same weights, no
+retraining; the factor defaults to ``max(eval_lens) / original context``, the original context
+being the checkpoint's ``max_position_embeddings``, or its own scaling's original length).
+``--config.eval.passkey=True`` adds natural-language passkey retrieval with the tokenizer.
+Results go to ``<workdir>/evals/<name>/`` (``results.md/json/csv``, the plot), never
+overwritten; the default workdir is ``pretrained/<directory name>`` (not ``runs/``, which holds
+training runs).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from typing import Any, Callable, Dict, Optional
+
+from flax import nnx
+import jax
+import ml_collections
+
+from pejax import data as data_lib
+from pejax import eval as eval_lib
+from pejax import hf
+from pejax.hf import safetensors_files
+from pejax.train import experiment
+
+
+def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
+                        name: str = "", log: Callable[[str], None] = print
+                        ) -> experiment.ExperimentResult:
+  """Perplexity vs length of a pretrained model on ``config.data.name``, zero-shot scalings.
+
+  Args:
+    hf_dir: a local Hugging Face checkpoint directory with ``tokenizer.json``.
+    config: the experiment config; read: ``data.name`` (a text file or directory, or
+      ``stdlib``), ``eval.*`` (``lens`` is required; ``rope_scaling`` may list several
+      comma-separated scalings), ``workdir``.
+    name: the evaluation's folder under ``<workdir>/evals/`` (default: a UTC timestamp).
+    log: receives each printed line.
+
+  Returns:
+    The :class:`~pejax.train.experiment.ExperimentResult` (``workdir`` = the evaluation folder,
+    ``train`` = ``None``).
+
+  Raises:
+    experiment.ConfigError: for a synthetic task as data, missing ``eval.lens``, a bad scaling
+      or factor, or a checkpoint that cannot be loaded (the loader's message).
+  """
+  started = time.time()
+  data_name = str(config.data.name)
+  if data_lib.is_task(data_name):
+    raise experiment.ConfigError(f"--init_from_hf evaluates text; data={data_name!r} is a "
+                                 "synthetic byte task (use --config.eval.passkey=True for "
+                                 "passkey retrieval with the model's tokenizer)")
+  if not str(config.eval.lens or "").strip():
+    raise experiment.ConfigError("--init_from_hf needs --eval_lens (in the model's tokens)")
+  lengths = experiment.eval_lengths(config)
+  if config.eval.mode not in experiment.EVAL_MODES:
+    raise experiment.ConfigError(
+        f"eval_mode must be one of {list(experiment.EVAL_MODES)}, got {config.eval.mode!r}")
+  try:
+    model = hf.from_pretrained(hf_dir,
+                               blockwise_threshold=int(config.eval.blockwise_threshold))
+    tokenizer = hf.load_tokenizer(hf_dir)
+  except ValueError as e:
+    raise experiment.ConfigError(f"--init_from_hf: {e}") from None
+  if tokenizer.vocab_size > model.config.vocab_size:
+    raise experiment.ConfigError(
+        f"--init_from_hf: the tokenizer has {tokenizer.vocab_size} tokens, the model "
+        f"{model.config.vocab_size}")
+  corpus = data_lib.tokenize_corpus(data_lib.load_corpus(data_name), tokenizer)
+  hf_json = safetensors_files.read_json(
+      os.path.join(os.fspath(hf_dir), "config.json"), "config.json")
+  original = _scaling_original(model.config.pe.scaling) or int(
+      hf_json.get("max_position_embeddings") or max(lengths))
+  label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
+  # Not under runs/: this is no training run (pejax.compare reads runs/*).
+  workdir = pathlib.Path(config.workdir or os.path.join("pretrained", label))
+  out_dir = experiment._new_eval_dir(workdir, name)  # pylint: disable=protected-access
+  modes = ("nonoverlap", "sliding") if config.eval.mode == "both" else (config.eval.mode,)
+  stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
+
+  def evaluate(m):
+    return eval_lib.perplexity_at_lengths(
+        m, corpus.valid, lengths=lengths, modes=modes, max_tokens=int(config.eval.num_tokens),
+        blockwise_threshold=int(config.eval.blockwise_threshold), stride=stride, progress=log)
+
+  log(f"evaluating {hf_dir} ({model.config.num_layers} layers, d={model.config.d_model}, "
+      f"vocab {model.config.vocab_size}) on {data_name}: {corpus.valid.size} validation tokens, "
+      f"original context {original} -> {out_dir}")
+  tables: Dict[str, list] = {label: evaluate(model)}
+  scalings = [s.strip() for s in str(config.eval.rope_scaling or "").split(",")
+              if s.strip() and s.strip() != "none"]
+  for scaling_name in scalings:
+    factor = float(config.eval.rope_factor or max(1.0, max(lengths) / original))
+    pe = experiment.with_rope_scaling(model.config.pe, scaling_name, factor=factor,
+                                      original_max_position=original,
+                                      head_dim=model.config.head_dim)
+    scaled_label = f"{label} + zero-shot {scaling_name} x{factor:g}"
+    log(f"evaluating {scaled_label} (same weights, no retraining)")
+    tables[scaled_label] = evaluate(hf.with_rope_scaling(model, pe.scaling))
+  passkey = []
+  if config.eval.passkey:
+    passkey = eval_lib.passkey_text_accuracy(
+        model, tokenizer, lengths=lengths, depths=(0.0, 0.5, 1.0), seed=int(config.seed),
+        blockwise_threshold=int(config.eval.blockwise_threshold), progress=log)
+  text_parts = [eval_lib.format_table(
+      results, train_len=original,
+      title=f"{label_}: original context {original}, perplexity (model tokens) on up to "
+            f"{config.eval.num_tokens} validation tokens per length")
+                for label_, results in tables.items()]
+  if passkey:
+    text_parts.append("passkey accuracy (length x depth, model tokens)\n"
+                      + eval_lib.format_passkey_table(passkey))
+  meta = {"pretrained": os.path.abspath(os.fspath(hf_dir)), "data": data_name,
+          "tokenizer": tokenizer.name, "train_len": original, "params": sum(
+              int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param))),
+          "date": time.strftime("%Y-%m-%d %H:%M"), "evaluation": out_dir.name,
+          "eval_config": experiment._eval_settings(config)}  # pylint: disable=protected-access
+  eval_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
+                         title=f"{label}: perplexity vs length (original context {original})")
+  text = "\n\n".join(text_parts)
+  (out_dir / "results.md").write_text(
+      f"# Results\n\n`{meta['date']}`, pretrained {meta['pretrained']}\n\n```\n{text}\n```\n")
+  log("")
+  log(text)
+  log(f"\nwrote {out_dir}/results.md, results.json, results.csv, perplexity_vs_length.png in "
+      f"{time.time() - started:.0f}s")
+  return experiment.ExperimentResult(out_dir, None, tables, passkey, text, None)
+
+
+def _scaling_original(scaling: Any) -> Optional[int]:
+  original = getattr(scaling, "original_max_position", None)
+  return None if original is None else int(original)
