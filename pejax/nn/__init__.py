@@ -3,8 +3,6 @@
 from pejax.nn.attention import attention
 from pejax.nn.attention import choose_implementation
 from pejax.nn.attention_mask import attention_mask
-from pejax.nn.blockwise_attention import blockwise_attention
-from pejax.nn.dense_attention import dense_attention
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
@@ -60,10 +58,8 @@ __all__ = [
     "TokenLinear",
     "attention",
     "attention_mask",
-    "blockwise_attention",
     "build_pe",
     "choose_implementation",
-    "dense_attention",
     "get_pe_class",
     "init_kv_cache",
     "pe_names",

@@ -297,12 +297,9 @@ class Decoder(nnx.Module):
 
   def _implementation(self, attention: str, length: int) -> str:
     """``"auto"`` resolved by length, but dense when a PE cannot run blockwise (CoPE)."""
-    implementation = choose_implementation(attention, length,
-                                           blockwise_threshold=self.config.blockwise_threshold)
-    if (attention == "auto" and implementation == "blockwise"
-        and not all(pe.supports_blockwise for pe in self.pes)):
-      return "dense"
-    return implementation
+    return choose_implementation(
+        attention, length, blockwise_threshold=self.config.blockwise_threshold,
+        supports_blockwise=all(pe.supports_blockwise for pe in self.pes))
 
   def _check_tokens(self, tokens: Any) -> jax.Array:
     """Checks int ``[B, L]`` tokens; concrete ids must lie in ``[0, V)`` (traced ones: NaN)."""

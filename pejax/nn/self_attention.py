@@ -151,7 +151,8 @@ class SelfAttention(nnx.Module):
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
                     implementation=implementation, block_size=self.block_size,
                     window=self.window, q_features=q_features, k_features=k_features,
-                    logits_fn=logits_fn, **kwargs)
+                    logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),
+                    **kwargs)
     return out, new_features
 
   def __call__(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
