@@ -54,6 +54,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
+from pejax.nn.rms_norm import RMSNorm
 from pejax.nn.self_attention import pe_bias
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -115,7 +116,7 @@ class Decoder(nnx.Module):
     self.layer_pe = tuple(layer_pe)
     self.blocks = nnx.List([DecoderBlock(config, rngs=rngs, layer=layer)
                             for layer in range(config.num_layers)])
-    self.final_norm = nnx.RMSNorm(
+    self.final_norm = RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.lm_head = None if config.tie_embeddings else TokenLinear(
         config.d_model, config.vocab_size, use_bias=False, dtype=dtype,

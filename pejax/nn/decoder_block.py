@@ -15,6 +15,7 @@ from flax import nnx
 import jax
 
 from pejax.nn.mlp import Mlp
+from pejax.nn.rms_norm import RMSNorm
 from pejax.nn.self_attention import SelfAttention
 
 if TYPE_CHECKING:
@@ -26,10 +27,10 @@ class DecoderBlock(nnx.Module):
 
   def __init__(self, config: "DecoderConfig", *, rngs: nnx.Rngs, layer: int = 0):
     dtype = config.compute_dtype
-    self.attention_norm = nnx.RMSNorm(
+    self.attention_norm = RMSNorm(
         config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.attention = SelfAttention(config, rngs=rngs, layer=layer)
-    self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
+    self.mlp_norm = RMSNorm(config.d_model, epsilon=config.norm_epsilon, dtype=dtype, rngs=rngs)
     self.mlp = Mlp(config, rngs=rngs)
 
   def __call__(self, x: jax.Array, **attention_kwargs: Any) -> jax.Array:

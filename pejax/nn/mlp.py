@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from flax import nnx
 import jax
 
+from pejax.nn.swiglu import swiglu
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
@@ -51,7 +52,7 @@ class Mlp(nnx.Module):
       ``[B, L, E]`` in the compute dtype.
     """
     if self.gate is not None:
-      hidden = nnx.silu(self.gate(x)) * self.up(x)
+      hidden = swiglu(self.gate(x), self.up(x))
     else:
       hidden = nnx.gelu(self.up(x))
     return self.down(hidden)
