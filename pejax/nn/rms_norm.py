@@ -60,15 +60,20 @@ def _stats(x: Array, epsilon: float) -> tuple[Array, Array]:
   return x32, jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + epsilon)
 
 
+def _weight(scale: Array, scale_offset: float, ndim: int) -> Array:
+  """``scale_offset + scale`` in float32, shaped ``[1, ..., 1, E]`` (explicit broadcast)."""
+  return (scale.astype(jnp.float32) + scale_offset).reshape((1,) * (ndim - 1) + scale.shape)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def _rms_norm(epsilon, scale_offset, dtype, x, scale):
   x32, inv = _stats(x, epsilon)
-  return (x32 * (inv * (scale.astype(jnp.float32) + scale_offset))).astype(dtype)
+  return (x32 * (inv * _weight(scale, scale_offset, x.ndim))).astype(dtype)
 
 
 def _rms_norm_fwd(epsilon, scale_offset, dtype, x, scale):
   x32, inv = _stats(x, epsilon)
-  out = (x32 * (inv * (scale.astype(jnp.float32) + scale_offset))).astype(dtype)
+  out = (x32 * (inv * _weight(scale, scale_offset, x.ndim))).astype(dtype)
   return out, (x, inv, scale)
 
 
@@ -77,7 +82,7 @@ def _rms_norm_bwd(epsilon, scale_offset, dtype, residuals, g):
   x, inv, scale = residuals
   g32 = g.astype(jnp.float32)
   x_hat = x.astype(jnp.float32) * inv
-  gw = g32 * (scale.astype(jnp.float32) + scale_offset)
+  gw = g32 * _weight(scale, scale_offset, x.ndim)
   dx = inv * (gw - x_hat * jnp.mean(gw * x_hat, axis=-1, keepdims=True))
   rows = (g32 * x_hat).reshape((-1, x.shape[-1]))
   dscale = jnp.einsum("nd,n->d", rows, jnp.ones((rows.shape[0],), jnp.float32))

@@ -479,7 +479,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   minimums = {"train.steps": 1, "train.log_every": 0, "train.eval_every": 0,
               "train.checkpoint_every": 0, "train.keep_checkpoints": 0, "data.batch_size": 1,
               "data.train_len": 1, "eval.num_tokens": 1, "eval.sliding_stride": 0,
-              "eval.blockwise_threshold": 1, "optim.warmup_steps": 0, "model.num_layers": 1,
+              "eval.blockwise_threshold": 0, "optim.warmup_steps": 0, "model.num_layers": 1,
               "model.d_model": 1, "model.num_heads": 1, "model.num_kv_heads": 0,
               "optim.learning_rate": 0.0, "optim.weight_decay": 0.0, "optim.clip_norm": 0.0,
               "optim.min_lr_ratio": 0.0}

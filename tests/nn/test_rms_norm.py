@@ -16,10 +16,14 @@ from pejax.nn.rms_norm import RMSNorm, rms_norm
 def _reference(x, scale, epsilon, offset):
   x32 = x.astype(jnp.float32)
   inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + epsilon)
-  return x32 * inv * (scale + offset)
+  return x32 * inv * (scale + offset).reshape((1,) * (x.ndim - 1) + (-1,))
 
 
 class RMSNormTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.enter_context(jax.numpy_rank_promotion("raise"))
 
   def test_module_equals_nnx_rmsnorm_with_the_same_parameter(self):
     x = jax.random.normal(jax.random.key(0), (2, 5, 16))
