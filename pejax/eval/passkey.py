@@ -18,6 +18,7 @@ import numpy as np
 from pejax import data as data_lib
 from pejax.encodings import arg_checks
 from pejax.eval import exact_match
+from pejax.nn.attention import choose_implementation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +53,7 @@ class PasskeyResult:
 
 
 def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Sequence[float],
-                     examples: int = 16, seed: int = 0, blockwise_threshold: int = 2048,
+                     examples: int = 16, seed: int = 0, blockwise_threshold: Optional[int] = None,
                      max_length: Optional[int] = None,
                      progress: Optional[Callable[[str], None]] = None) -> List[PasskeyResult]:
   """Passkey accuracy of ``model`` for every (length, depth).
@@ -63,7 +64,8 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
     depths: key depths in [0, 1].
     examples: examples per cell (one batch).
     seed: data seed; cells use ``seed + index`` so they are independent and reproducible.
-    blockwise_threshold: lengths above it use blockwise attention.
+    blockwise_threshold: lengths above it use blockwise attention; None: the platform's
+      measured crossover (:func:`pejax.nn.attention.choose_implementation`).
     max_length: longest length the model supports (learned table); longer cells are skipped.
     progress: optional callback receiving one line per cell.
 
@@ -89,7 +91,8 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
       right = exact_match.answer_exact_match(
           model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
           jnp.asarray(batch["loss_mask"]),
-          attention="blockwise" if length > blockwise_threshold else "dense")
+          attention=choose_implementation("auto", length,
+                                          blockwise_threshold=blockwise_threshold))
       accuracy = float(np.mean(np.asarray(right)))
       results.append(PasskeyResult(length, float(depth), accuracy, examples))
       if progress is not None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from pejax import data as data_lib
 from pejax.encodings import arg_checks
+from pejax.nn.attention import choose_implementation
 
 MODES = ("nonoverlap", "sliding")
 LN2 = math.log(2.0)
@@ -125,7 +126,7 @@ def default_stride(length: int) -> int:
 
 def perplexity_at_lengths(
     model: nnx.Module, tokens: np.ndarray, *, lengths: Sequence[int], modes: Sequence[str],
-    max_tokens: int, tokens_per_batch: int = 8192, blockwise_threshold: int = 2048,
+    max_tokens: int, tokens_per_batch: int = 8192, blockwise_threshold: Optional[int] = None,
     stride: Optional[Callable[[int], int]] = None, max_length: Optional[int] = None,
     unsupported_reason: str = "", progress: Optional[Callable[[str], None]] = None,
 ) -> List[LengthResult]:
@@ -138,7 +139,8 @@ def perplexity_at_lengths(
     modes: any of ``"nonoverlap"``, ``"sliding"``.
     max_tokens: most tokens scored per (length, mode); fewer when the split is shorter.
     tokens_per_batch: windows per forward pass = ``max(1, tokens_per_batch // L)``.
-    blockwise_threshold: lengths above it use blockwise attention (O(L * tile) memory).
+    blockwise_threshold: lengths above it use blockwise attention (O(L * tile) memory); None:
+      the platform's measured crossover (:func:`pejax.nn.attention.choose_implementation`).
     stride: sliding stride as a function of L (default :func:`default_stride`).
     max_length: longest length the model can represent (learned table size); longer lengths
       are reported as ``status = "n/a (<unsupported_reason>)"``.
@@ -156,7 +158,8 @@ def perplexity_at_lengths(
     length = arg_checks.check_positive_int("lengths", length)
     # A PE that needs whole rows of logits (CoPE) cannot run blockwise: dense at any length.
     blockwise_ok = all(pe.supports_blockwise for pe in getattr(model, "pes", ()))
-    attention = "blockwise" if length > blockwise_threshold and blockwise_ok else "dense"
+    attention = choose_implementation("auto", length, blockwise_threshold=blockwise_threshold,
+                                      supports_blockwise=blockwise_ok)
     for mode in modes:
       if max_length is not None and length > max_length:
         nan = float("nan")

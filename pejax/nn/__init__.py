@@ -3,8 +3,6 @@
 from pejax.nn.attention import attention
 from pejax.nn.attention import choose_implementation
 from pejax.nn.attention_mask import attention_mask
-from pejax.nn.blockwise_attention import blockwise_attention
-from pejax.nn.dense_attention import dense_attention
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
@@ -13,7 +11,7 @@ from pejax.nn.generation import sample_logits
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
-from pejax.nn.offset_rms_norm import OffsetRMSNorm
+from pejax.nn.rms_norm import RMSNorm
 from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
 from pejax.nn.positional import LearnedConfig
@@ -54,7 +52,6 @@ __all__ = [
     "KVCache",
     "LearnedPE",
     "Mlp",
-    "OffsetRMSNorm",
     "NoPE",
     "PositionalEncoding",
     "RotaryPE",
@@ -64,10 +61,8 @@ __all__ = [
     "TokenLinear",
     "attention",
     "attention_mask",
-    "blockwise_attention",
     "build_pe",
     "choose_implementation",
-    "dense_attention",
     "generate",
     "get_pe_class",
     "init_kv_cache",

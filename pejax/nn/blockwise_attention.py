@@ -1,8 +1,10 @@
-"""Blockwise attention: query/key tiles with an online (flash-style) softmax.
+"""The blockwise schedule: query/key tiles with an online (flash-style) softmax.
 
 Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads (GQA, H % K == 0),
 G = H // K query heads per key/value head, D head dim, bq / bk query / key tile sizes.
 
+Private kernel behind :func:`pejax.nn.attention.attention`; a tile's logits, online-softmax step
+and gradient are the shared algebra of :mod:`pejax.nn.attention_core`, this module is the loop.
 Memory is O(L * tile) instead of O(L^2): no ``[Lq, Lk]`` logits, mask or bias array is ever
 built. The positional bias is a *function of positions* evaluated on each ``[bq, bk]`` tile, and
 the mask (causal by slot, valid length, segments) likewise. The running max, normalizer and
@@ -42,13 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
+from pejax.nn import attention_core as core
 from pejax.nn.attention_mask import attention_mask
 
 Array = jax.Array
 BiasFn = Callable[[Array, Array], Array]
 
-# Finite stand-in for -inf: keeps exp(m_old - m_new) finite when a whole tile row is masked.
-_MASKED = -1e30
 
 
 def _pad_axis(x: Optional[Array], multiple: int, axis: int, value) -> Optional[Array]:
@@ -259,19 +260,14 @@ def _tile_logits(static: _Static, masked: bool, i, j, q_tile, k_tile, bias, q_se
 
   ``bias`` is the tile's :func:`_tile_bias` (``None`` for no bias).
   """
-  _, _, num_kv_heads, groups, _ = q_tile.shape
-  logits = jnp.einsum("bqkgd,bskd->bkgqs", q_tile, k_tile, preferred_element_type=jnp.float32)
-  if not static.prescaled:
-    logits = logits * jnp.float32(1.0 / math.sqrt(static.head_dim))
-  if bias is not None:
-    logits = logits + bias.reshape((bias.shape[0], num_kv_heads, groups) + bias.shape[2:])
-  if not masked:
-    return logits, None
-  q_slots = q_offset + i * static.bq + jnp.arange(static.bq, dtype=jnp.int32)
-  k_slots = j * static.bk + jnp.arange(static.bk, dtype=jnp.int32)
-  mask = attention_mask(q_slots, k_slots, causal=static.causal, kv_length=valid_keys,
-                        q_segment_ids=q_seg, k_segment_ids=k_seg, window=static.window)[:, :, None]  # [B|1,1,1,..]
-  return jnp.where(mask, logits, _MASKED), mask
+  mask = None
+  if masked:
+    q_slots = q_offset + i * static.bq + jnp.arange(static.bq, dtype=jnp.int32)
+    k_slots = j * static.bk + jnp.arange(static.bk, dtype=jnp.int32)
+    mask = attention_mask(q_slots, k_slots, causal=static.causal, kv_length=valid_keys,
+                          q_segment_ids=q_seg, k_segment_ids=k_seg, window=static.window)
+  scale = None if static.prescaled else 1.0 / math.sqrt(static.head_dim)
+  return core.tile_logits(q_tile, k_tile, scale=scale, bias=bias, mask=mask), mask
 
 
 def _forward(static: _Static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles, qseg_tiles,
@@ -282,20 +278,10 @@ def _forward(static: _Static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles,
   num_k_tiles = k_tiles.shape[0]
 
   def tile_update(masked, carry, i, j, q_tile, k_tile, v_tile, q_pos, k_pos, q_seg, k_seg):
-    running_max, normalizer, out = carry
     logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile,
                                 _tile_bias(static, i, j, q_pos, k_pos, consts), q_seg, k_seg,
                                 q_offset, valid_keys)
-    new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
-    probs = jnp.exp(logits - new_max[..., None])
-    if masked:
-      probs = jnp.where(mask, probs, 0.0)
-    correction = jnp.exp(running_max - new_max)
-    normalizer = normalizer * correction + jnp.sum(probs, axis=-1)
-    out = out * correction[..., None] + jnp.einsum(
-        "bkgqs,bskd->bkgqd", probs.astype(v_tile.dtype), v_tile,
-        preferred_element_type=jnp.float32)
-    return new_max, normalizer, out
+    return tuple(core.softmax_step(core.SoftmaxStats(*carry), logits, v_tile, mask))
 
   def query_tile(inputs):
     i, q_tile, q_pos, q_seg = inputs
@@ -311,15 +297,13 @@ def _forward(static: _Static, q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles,
           carry)
       return carry, None
 
-    init = (jnp.full((batch, num_kv_heads, groups, bq), _MASKED, jnp.float32),
-            jnp.zeros((batch, num_kv_heads, groups, bq), jnp.float32),
-            jnp.zeros((batch, num_kv_heads, groups, bq, head_dim), jnp.float32))
+    init = tuple(core.init_stats(batch, num_kv_heads, groups, bq, head_dim))
     key_inputs = (jnp.arange(num_k_tiles, dtype=jnp.int32), k_tiles, v_tiles, kpos_tiles,
                   kseg_tiles)
-    (row_max, normalizer, out), _ = jax.lax.scan(key_tile, init, key_inputs)
-    # Rows with no visible key (only padding) have normalizer 0: divide by 1 to stay finite.
-    out = out / jnp.where(normalizer > 0, normalizer, 1.0)[..., None]
-    return jnp.moveaxis(out, 3, 1).astype(q_tile.dtype), row_max, normalizer  # [B, bq, K, G, D]
+    stats, _ = jax.lax.scan(key_tile, init, key_inputs)
+    stats = core.SoftmaxStats(*stats)
+    # Rows with no visible key (only padding) have normalizer 0: core.finish gives 0 there.
+    return core.finish(stats).astype(q_tile.dtype), stats.row_max, stats.norm  # [B, bq, K, G, D]
 
   query_inputs = (jnp.arange(q_tiles.shape[0], dtype=jnp.int32), q_tiles, qpos_tiles,
                   qseg_tiles)
@@ -353,14 +337,12 @@ def _flash_bwd(static: _Static, residuals, dout):
   (q_tiles, k_tiles, v_tiles, qpos_tiles, kpos_tiles, qseg_tiles, kseg_tiles, q_offset,
    valid_keys, consts, out, row_max, normalizer) = residuals
   _, batch, bq, num_kv_heads, groups, head_dim = q_tiles.shape
-  num_heads = num_kv_heads * groups
   scale = jnp.float32(1.0 if static.prescaled else 1.0 / math.sqrt(head_dim))
   is_float = _float_consts(consts)
   float_consts = [c for c, f in zip(consts, is_float) if f]
 
-  # rowsum(dout * out) = rowsum(p * dp), the softmax gradient's per-row correction.
-  delta = jnp.einsum("nbqkgd,nbqkgd->nbkgq", dout.astype(jnp.float32), out.astype(jnp.float32))
-  inverse_norm = 1.0 / jnp.where(normalizer > 0, normalizer, 1.0)
+  delta = core.softmax_delta(dout, out)
+  inverse_norm = core.inverse_norm(normalizer)
 
   def tile_grads(masked, i, j, q_tile, k_tile, v_tile, q_pos, k_pos, q_seg, k_seg, do_tile,
                  m_tile, inv_tile, delta_tile):
@@ -376,21 +358,12 @@ def _flash_bwd(static: _Static, residuals, dout):
       bias = _tile_bias(static, i, j, q_pos, k_pos, consts)
     logits, mask = _tile_logits(static, masked, i, j, q_tile, k_tile, bias, q_seg, k_seg,
                                 q_offset, valid_keys)
-    probs = jnp.exp(logits - m_tile[..., None]) * inv_tile[..., None]  # [B, K, G, bq, bk]
-    if masked:
-      probs = jnp.where(mask, probs, 0.0)
-    dv = jnp.einsum("bkgqs,bqkgd->bskd", probs, do_tile)
-    dprobs = jnp.einsum("bqkgd,bskd->bkgqs", do_tile, v_tile, preferred_element_type=jnp.float32)
-    dlogits = probs * (dprobs - delta_tile[..., None])
+    dq, dk, dv, dlogits = core.tile_grads(q_tile, k_tile, v_tile, do_tile, logits, m_tile,
+                                          inv_tile, delta_tile, scale=scale, probs_mask=mask)
     dconsts = []
     if bias_vjp is not None:
-      dbias = dlogits.reshape((batch, num_heads) + dlogits.shape[3:])
-      if bias.shape[0] == 1 and batch > 1:  # Batch-shared bias: sum the rows with a dot.
-        dbias = jnp.einsum("b...,b->...", dbias, jnp.ones((batch,), jnp.float32))[None]
+      dbias = core.bias_grad(dlogits, shared=bias.shape[0] == 1)
       dconsts = [d.astype(jnp.float32) for d in bias_vjp(dbias)]
-    dscaled = dlogits * scale
-    dq = jnp.einsum("bkgqs,bskd->bqkgd", dscaled, k_tile, preferred_element_type=jnp.float32)
-    dk = jnp.einsum("bkgqs,bqkgd->bskd", dscaled, q_tile, preferred_element_type=jnp.float32)
     return dq, dk, dv, dconsts
 
   zero_consts = [jnp.zeros(jnp.shape(c), jnp.float32) for c in float_consts]

@@ -52,9 +52,9 @@ from pejax.nn.attention import Bias, choose_implementation
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache, init_kv_cache
-from pejax.nn.offset_rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
+from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.self_attention import pe_bias
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -314,12 +314,9 @@ class Decoder(nnx.Module):
 
   def _implementation(self, attention: str, length: int) -> str:
     """``"auto"`` resolved by length, but dense when a PE cannot run blockwise (CoPE)."""
-    implementation = choose_implementation(attention, length,
-                                           blockwise_threshold=self.config.blockwise_threshold)
-    if (attention == "auto" and implementation == "blockwise"
-        and not all(pe.supports_blockwise for pe in self.pes)):
-      return "dense"
-    return implementation
+    return choose_implementation(
+        attention, length, blockwise_threshold=self.config.blockwise_threshold,
+        supports_blockwise=all(pe.supports_blockwise for pe in self.pes))
 
   def _check_tokens(self, tokens: Any) -> jax.Array:
     """Checks int ``[B, L]`` tokens; concrete ids must lie in ``[0, V)`` (traced ones: NaN)."""

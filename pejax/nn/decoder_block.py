@@ -15,7 +15,7 @@ from flax import nnx
 import jax
 
 from pejax.nn.mlp import Mlp
-from pejax.nn.offset_rms_norm import make_rms_norm
+from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.self_attention import SelfAttention
 
 if TYPE_CHECKING:

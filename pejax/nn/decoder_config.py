@@ -71,7 +71,8 @@ class DecoderConfig:
   # Attention.
   attention: str = "auto"  # "dense", "blockwise", or "auto" (blockwise past the threshold).
   block_size: int = 512  # Tile size of blockwise attention.
-  blockwise_threshold: int = 2048  # Longest query length "auto" runs densely.
+  blockwise_threshold: Optional[int] = None  # Longest query length "auto" runs densely; None:
+  # the platform's measured crossover (pejax.nn.attention: 1024 on CPU).
   cache_rotated_keys: bool = False  # KV cache keeps keys after (True) or before (False) the
   # PE rotation. False is exact for length-dependent RoPE scalings (dynamic NTK, LongRoPE):
   # every step re-rotates the cached keys for the current length; True rotates each key once
@@ -85,9 +86,10 @@ class DecoderConfig:
   query_scaling_length: int = 0  # Training length L of "logn": q * max(1, log(n) / log(L)).
 
   def __post_init__(self):
-    for name in ("vocab_size", "num_layers", "d_model", "num_heads", "block_size",
-                 "blockwise_threshold"):
+    for name in ("vocab_size", "num_layers", "d_model", "num_heads", "block_size"):
       arg_checks.check_positive_int(name, getattr(self, name))
+    if self.blockwise_threshold is not None:
+      arg_checks.check_positive_int("blockwise_threshold", self.blockwise_threshold)
     if self.explicit_head_dim is not None:
       arg_checks.check_positive_int("explicit_head_dim", self.explicit_head_dim)
     elif self.d_model % self.num_heads:

@@ -1,10 +1,13 @@
-"""Dense softmax attention with a flash-style gradient, computed in cache-sized batch groups.
+"""The dense schedule: query chunks (one tile each) with a flash-style gradient, batch groups.
 
 Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads (GQA, H % K == 0),
 G = H // K query heads per key/value head, D head dim, g rows per batch group.
 
-The numbers are those of the textbook formula ``softmax(q k^T / sqrt(D) + bias, masked) v`` with
-float32 logits; what differs from leaving it to autodiff is where the time and memory go:
+Private kernel behind :func:`pejax.nn.attention.attention`. The numbers are those of the textbook
+formula ``softmax(q k^T / sqrt(D) + bias, masked) v`` with float32 logits; each chunk's logits,
+softmax and gradient come from the shared tile algebra of :mod:`pejax.nn.attention_core` (one
+online-softmax step over the chunk's whole key range). What differs from leaving it to autodiff
+is where the time and memory go:
 
 * **Query chunks.** The caller passes static ``(start, end, key_end)`` chunks: a causal
   full-sequence call splits the queries so that chunk ``i`` only sees keys ``[0, key_end_i)``,
@@ -14,6 +17,7 @@ float32 logits; what differs from leaving it to autodiff is where the time and m
   the logits, probabilities and their gradients are then produced and consumed while they are
   still in the CPU cache instead of streaming ``[B, H, L, L]`` arrays through memory several
   times. Measured on 2 CPU cores (B=16, L=256, 4 heads of 32, causal): forward 22 -> 13 ms.
+  A CPU trick: the dispatch (:mod:`pejax.nn.attention`) turns it off on other backends.
 * **Custom gradient** (``jax.custom_vjp``). The residuals are ``q, k, v``, the output and the
   softmax statistics (row max ``m`` and normalizer ``l``, ``[B, K, G, Lq]``), never the
   ``[B, H, Lq, Lk]`` probabilities: memory O(L), not O(L^2). The backward pass recomputes each
@@ -40,12 +44,11 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from pejax.nn import attention_core as core
 from pejax.nn.attention_mask import attention_mask
 
 Array = jax.Array
 
-# Finite stand-in for -inf (a fully masked row gives uniform weights instead of NaN).
-_MASKED = -1e30
 # Target size of one chunk's float32 logits for a batch group: 2**18 elements = 1 MiB.
 _GROUP_ELEMENTS = 2 ** 18
 
@@ -92,6 +95,7 @@ def dense_attention(
     q_segment_ids: Optional[Array] = None,
     k_segment_ids: Optional[Array] = None,
     window: Optional[int] = None,
+    batch_groups: bool = True,
 ) -> Array:
   """Softmax attention of ``q`` over ``k, v`` with float32 logits; see the module docstring.
 
@@ -111,6 +115,8 @@ def dense_attention(
     q_segment_ids: optional int ``[B, Lq]`` (packed sequences), with ``k_segment_ids``.
     k_segment_ids: optional int ``[B, Lk]``.
     window: optional sliding window W (keys at slots ``> q_slot - W``).
+    batch_groups: process the batch in cache-sized groups (a CPU optimization; ``False``: the
+      whole batch at once, what an accelerator wants).
 
   Returns:
     ``[B, Lq, H, Dv]`` in ``q.dtype``.
@@ -130,7 +136,8 @@ def dense_attention(
     raise ValueError(
         f"bias must have shape [1 or {batch}, {heads}, {q_len}, {k.shape[1]}], got {bias.shape}")
   largest = max(chunks, key=lambda c: (c[1] - c[0]) * c[2])
-  group = group_size(batch, heads, largest[1] - largest[0], largest[2])
+  group = (group_size(batch, heads, largest[1] - largest[0], largest[2]) if batch_groups
+           else batch)
   static = _Static(causal=bool(causal), chunks=tuple(chunks), group=group,
                    window=None if window is None else int(window))
   if bias is not None:
@@ -140,44 +147,42 @@ def dense_attention(
 
 
 # --------------------------------------------------------------------------------------------
-# One batch group.
+# One batch group: each chunk is one tile of the shared core (pejax.nn.attention_core).
 
 
-def _chunk_logits(static: _Static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+def _chunk_logits(static: _Static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
                   start: int, end: int, key_end: int) -> Array:
   """Scaled, biased, masked float32 logits ``[g, K, G, end - start, key_end]`` of one chunk."""
-  g, _, heads, head_dim = q.shape
-  kv_heads = k.shape[2]
-  qg = q[:, start:end].reshape((g, end - start, kv_heads, heads // kv_heads, head_dim))
-  logits = jnp.einsum("bqkgd,bskd->bkgqs", qg, k[:, :key_end],
-                      preferred_element_type=jnp.float32)
-  logits = logits * jnp.float32(1.0 / math.sqrt(head_dim))
-  if bias is not None:
-    b = bias[:, :, start:end, :key_end]
-    logits = logits + b.reshape((b.shape[0], kv_heads, heads // kv_heads) + b.shape[2:])
   mask = attention_mask(
       q_slots[start:end], k_slots[:key_end], causal=static.causal, kv_length=kv_length,
       q_segment_ids=None if q_seg is None else q_seg[:, start:end],
       k_segment_ids=None if k_seg is None else k_seg[:, :key_end], window=static.window)
-  return jnp.where(mask[:, :, None], logits, _MASKED)  # mask [g|1, 1, 1, lq, lk]
+  return core.tile_logits(
+      q_g[:, start:end], k[:, :key_end], scale=1.0 / math.sqrt(q_g.shape[-1]),
+      bias=None if bias is None else bias[:, :, start:end, :key_end], mask=mask)
+
+
+def _grouped(q: Array, kv_heads: int) -> Array:
+  """``[g, Lq, H, D] -> [g, Lq, K, G, D]``."""
+  g, q_len, heads, head_dim = q.shape
+  return q.reshape((g, q_len, kv_heads, heads // kv_heads, head_dim))
 
 
 def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
-  """Output ``[g, Lq, H, D]`` (float32) and softmax max / normalizer ``[g, K, G, Lq]``."""
+  """Output ``[g, Lq, H, Dv]`` (float32) and softmax max / normalizer ``[g, K, G, Lq]``."""
   g, _, heads, _ = q.shape
-  head_dim = v.shape[-1]
+  kv_heads = k.shape[2]
+  q_g = _grouped(q, kv_heads)
   outs, maxes, norms = [], [], []
   for start, end, key_end in static.chunks:
-    logits = _chunk_logits(static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+    logits = _chunk_logits(static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
                            start, end, key_end)
-    row_max = jnp.max(logits, axis=-1, keepdims=True)
-    weights = jnp.exp(logits - row_max)
-    norm = jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", (weights / norm).astype(v.dtype), v[:, :key_end],
-                     preferred_element_type=jnp.float32)
-    outs.append(out.reshape((g, end - start, heads, head_dim)))
-    maxes.append(row_max[..., 0])
-    norms.append(norm[..., 0])
+    stats = core.softmax_step(
+        core.init_stats(g, kv_heads, heads // kv_heads, end - start, v.shape[-1]), logits,
+        v[:, :key_end])
+    outs.append(core.finish(stats).reshape((g, end - start, heads, v.shape[-1])))
+    maxes.append(stats.row_max)
+    norms.append(stats.norm)
   cat = lambda xs, axis: xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=axis)
   return cat(outs, 1), cat(maxes, 3), cat(norms, 3)
 
@@ -187,42 +192,27 @@ def _group_backward(static: _Static, shared_bias: bool, q, k, v, bias, q_slots, 
   """Gradients of one group: ``dq, dk, dv`` and the bias gradient (batch-summed if shared)."""
   g, q_len, heads, head_dim = q.shape
   kv_heads = k.shape[2]
-  groups = heads // kv_heads
-  scale = jnp.float32(1.0 / math.sqrt(head_dim))
-  dout_g = dout.astype(jnp.float32).reshape((g, q_len, kv_heads, groups, v.shape[-1]))
-  # rowsum(dout * out) = rowsum(p * dp): the softmax gradient's per-row correction.
-  delta = jnp.einsum("bqkgd,bqkgd->bkgq", dout_g,
-                     out.astype(jnp.float32).reshape(dout_g.shape))
-  q_g = q.reshape((g, q_len, kv_heads, groups, head_dim))
+  dout_g = _grouped(dout.astype(jnp.float32), kv_heads)
+  delta = core.softmax_delta(dout_g, _grouped(out, kv_heads))
+  inv_norm = core.inverse_norm(norm)
+  q_g = _grouped(q, kv_heads)
   dq_chunks = []
   dk = jnp.zeros(k.shape, jnp.float32)
   dv = jnp.zeros(v.shape, jnp.float32)
   dbias = None if bias is None else jnp.zeros(
       ((1,) if shared_bias else (g,)) + bias.shape[1:], jnp.float32)
   for start, end, key_end in static.chunks:
-    logits = _chunk_logits(static, q, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+    logits = _chunk_logits(static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
                            start, end, key_end)
-    probs = (jnp.exp(logits - row_max[..., start:end, None])
-             / norm[..., start:end, None])  # [g, K, G, lq, lk]
-    dout_c = dout_g[:, start:end]
-    dv = dv.at[:, :key_end].add(jnp.einsum("bkgqs,bqkgd->bskd", probs, dout_c))
-    dprobs = jnp.einsum("bqkgd,bskd->bkgqs", dout_c, v[:, :key_end],
-                        preferred_element_type=jnp.float32)
-    # Gradient of the biased logits. Masked entries have probability 0, except in rows that see
-    # no key at all (max = the mask value): there the uniform weights do not depend on the
-    # logits, whose gradient is 0.
-    seen = row_max[..., start:end, None] > _MASKED / 2
-    dlogits = jnp.where(seen, probs * (dprobs - delta[..., start:end, None]), 0.0)
+    dq_c, dk_c, dv_c, dlogits = core.tile_grads(
+        q_g[:, start:end], k[:, :key_end], v[:, :key_end], dout_g[:, start:end], logits,
+        row_max[..., start:end], inv_norm[..., start:end], delta[..., start:end],
+        scale=1.0 / math.sqrt(head_dim))
+    dv = dv.at[:, :key_end].add(dv_c)
+    dk = dk.at[:, :key_end].add(dk_c)
     if dbias is not None:
-      d = dlogits.reshape((g, heads, end - start, key_end))
-      if shared_bias:  # Sum over the group's rows as a product (a dot, not a reduce fusion).
-        d = jnp.einsum("b...,b->...", d, jnp.ones((g,), jnp.float32))[None]
-      dbias = dbias.at[:, :, start:end, :key_end].add(d)
-    dscaled = dlogits * scale
-    dq_chunks.append(jnp.einsum("bkgqs,bskd->bqkgd", dscaled, k[:, :key_end],
-                                preferred_element_type=jnp.float32))
-    dk = dk.at[:, :key_end].add(jnp.einsum("bkgqs,bqkgd->bskd", dscaled, q_g[:, start:end],
-                                           preferred_element_type=jnp.float32))
+      dbias = dbias.at[:, :, start:end, :key_end].add(core.bias_grad(dlogits, shared=shared_bias))
+    dq_chunks.append(dq_c)
   dq = dq_chunks[0] if len(dq_chunks) == 1 else jnp.concatenate(dq_chunks, axis=1)
   return dq.reshape(q.shape), dk, dv, dbias
 

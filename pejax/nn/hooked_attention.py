@@ -3,8 +3,8 @@
 Axes: B batch, Lq / Lk query / key length, H query heads, K key/value heads, G = H // K,
 D query/key head dim, Dv value head dim.
 
-The plain textbook computation, differentiated by autodiff: ``[B, H, Lq, Lk]`` float32 logits,
-scaled, biased and masked, plus ``logits_fn(logits)``, softmax, values. A transform that needs
+The tile logits of :mod:`pejax.nn.attention_core` over the whole ``[Lq, Lk]`` square, plus
+``logits_fn(logits)``, then one online-softmax step (= the softmax), differentiated by autodiff. A transform that needs
 every key of a row (CoPE's gate counts are cumulative sums over the keys) cannot be evaluated
 tile by tile, so this path is dense only and keeps the O(L^2) probabilities for the backward
 pass; :func:`pejax.nn.attention.attention` dispatches here when ``logits_fn`` is given.
@@ -22,10 +22,10 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from pejax.nn import attention_core as core
 from pejax.nn.attention_mask import attention_mask
 
 Array = jax.Array
-_MASKED = -1e30
 
 
 def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
@@ -54,18 +54,16 @@ def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
   Returns:
     ``[B, Lq, H, Dv]`` in ``q.dtype``.
   """
-  groups = q.shape[2] // k.shape[2]
-  keys = jnp.repeat(k, groups, axis=2) if groups > 1 else k
-  values = jnp.repeat(v, groups, axis=2) if groups > 1 else v
-  logits = jnp.einsum("bqhd,bkhd->bhqk", q, keys, preferred_element_type=jnp.float32)
-  logits = logits * jnp.float32(1.0 / math.sqrt(q.shape[-1]))
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
+  batch, q_len, heads, head_dim = q.shape
+  kv_heads = k.shape[2]
+  q_g = q.reshape((batch, q_len, kv_heads, heads // kv_heads, head_dim))
   mask = attention_mask(q_slots, k_slots, causal=causal, kv_length=kv_length,
                         q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids, window=window)
-  logits = jnp.where(mask, logits, _MASKED)
-  logits = jnp.where(mask, logits + logits_fn(logits).astype(jnp.float32), _MASKED)
-  probs = jax.nn.softmax(logits, axis=-1)
-  out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(values.dtype), values,
-                   preferred_element_type=jnp.float32)
-  return out.astype(q.dtype)
+  logits = core.tile_logits(q_g, k, scale=1.0 / math.sqrt(head_dim), bias=bias, mask=mask)
+  logits = logits.reshape((batch, heads, q_len, k.shape[1]))  # head h = kv_head * G + group
+  logits = jnp.where(mask, logits + logits_fn(logits).astype(jnp.float32), core.MASKED)
+  stats = core.softmax_step(core.init_stats(batch, kv_heads, heads // kv_heads, q_len,
+                                            v.shape[-1]),
+                            logits.reshape((batch, kv_heads, heads // kv_heads) + logits.shape[2:]),
+                            v)
+  return core.finish(stats).reshape((batch, q_len, heads, v.shape[-1])).astype(q.dtype)

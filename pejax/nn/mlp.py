@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from flax import nnx
 import jax
 
+from pejax.nn.swiglu import swiglu
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
 
@@ -55,7 +56,7 @@ class Mlp(nnx.Module):
       ``[B, L, E]`` in the compute dtype.
     """
     if self.kind == "swiglu":
-      hidden = nnx.silu(self.gate(x)) * self.up(x)
+      hidden = swiglu(self.gate(x), self.up(x))
     elif self.kind == "geglu":
       hidden = nnx.gelu(self.gate(x), approximate=True) * self.up(x)
     else:

@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention
-from pejax.nn.offset_rms_norm import make_rms_norm
+from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -164,7 +164,8 @@ class SelfAttention(nnx.Module):
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
                     implementation=implementation, block_size=self.block_size,
                     window=self.window, q_features=q_features, k_features=k_features,
-                    logits_fn=logits_fn, **kwargs)
+                    logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),
+                    **kwargs)
     return out, new_features
 
   def __call__(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,

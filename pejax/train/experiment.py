@@ -43,6 +43,7 @@ from pejax.encodings import rope_scaling as scalings
 from pejax.encodings.randomized import randomized_positions
 from pejax.nn import Decoder
 from pejax.nn import DecoderConfig
+from pejax.nn.attention import choose_implementation
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import loop
 from pejax.train import metrics as metrics_lib
@@ -205,7 +206,7 @@ def decoder_config_from(config: ml_collections.ConfigDict, *,
         num_heads=m.num_heads, num_kv_heads=m.num_kv_heads or None, mlp=m.mlp,
         mlp_ratio=m.mlp_ratio, tie_embeddings=m.tie_embeddings, dtype=m.dtype,
         attention=m.attention, block_size=m.block_size,
-        blockwise_threshold=config.eval.blockwise_threshold, pe=pe,
+        blockwise_threshold=int(config.eval.blockwise_threshold) or None, pe=pe,
         sliding_window=(window[0] if len(window) == 1 else window) if window else None,
         query_scaling=query_scaling,
         query_scaling_length=int(config.data.train_len) if query_scaling != "none" else 0)
@@ -405,7 +406,7 @@ def _validation_fn(model_valid_tokens: np.ndarray, train_len: int, *, max_tokens
 
 
 def _task_accuracy(model, task: str, *, lengths: Sequence[int], seed: int, examples: int,
-                   blockwise_threshold: int, options: Dict[str, Any],
+                   blockwise_threshold: Optional[int], options: Dict[str, Any],
                    log: Callable[[str], None]) -> List[Dict[str, Any]]:
   """Exact-match accuracy (every answer byte right under teacher forcing) at each length."""
 
@@ -421,7 +422,7 @@ def _task_accuracy(model, task: str, *, lengths: Sequence[int], seed: int, examp
     ok = eval_lib.answer_exact_match(
         model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
         jnp.asarray(batch["loss_mask"]),
-        attention="blockwise" if length > blockwise_threshold else "dense")
+        attention=choose_implementation("auto", length, blockwise_threshold=blockwise_threshold))
     acc = float(np.mean(np.asarray(ok)))
     rows.append({"length": length, "task_size": size, "accuracy": acc, "status": "ok"})
     log(f"eval {task} L={length:>6} (size {size}): exact-match accuracy {acc:.3f}")
@@ -519,7 +520,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   minimums = {"train.steps": 1, "train.log_every": 0, "train.eval_every": 0,
               "train.checkpoint_every": 0, "train.keep_checkpoints": 0, "data.batch_size": 1,
               "data.train_len": 1, "eval.num_tokens": 1, "eval.sliding_stride": 0,
-              "eval.blockwise_threshold": 1, "optim.warmup_steps": 0, "model.num_layers": 1,
+              "eval.blockwise_threshold": 0, "optim.warmup_steps": 0, "model.num_layers": 1,
               "model.d_model": 1, "model.num_heads": 1, "model.num_kv_heads": 0,
               "optim.learning_rate": 0.0, "optim.weight_decay": 0.0, "optim.clip_norm": 0.0,
               "optim.min_lr_ratio": 0.0}
@@ -918,7 +919,7 @@ def _evaluate_and_write(model, config, *, model_config, corpus, is_task, workdir
           "run": workdir.name,
           "evaluation": name or ("results" if out_dir == workdir else out_dir.name), "final": final,
           "eval_config": _eval_settings(config)}
-  blockwise_threshold = int(config.eval.blockwise_threshold)
+  blockwise_threshold = int(config.eval.blockwise_threshold) or None
   limits = [pe.max_length for pe in model.pes if pe.max_length is not None]
   max_length = min(limits) if limits else None
   if coordinator:

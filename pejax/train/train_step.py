@@ -3,7 +3,7 @@
 Axes: B batch, L sequence length, V vocabulary.
 
 The steps are generic over any ``nnx.Module`` called as
-``model(tokens [B, L] int32, *, positions=[B, L] int32, segment_ids=None) -> logits [B, L, V]``
+``model(tokens [B, L] int32, *, positions=[B | 1, L] int32, segment_ids=None) -> logits [B, L, V]``
 and over batches ``{"inputs", "targets", "positions", "loss_mask"}`` (optionally
 ``"segment_ids"``), the protocol of the ``pejax.data`` iterators.
 
@@ -75,9 +75,17 @@ def masked_mean_loss(
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
   """The arrays of ``batch`` that the steps use; raises ``ValueError`` naming a missing key.
 
+  Positions shared by every row travel as one ``[1, L]`` row: host (NumPy) ``[B, L]`` positions
+  whose rows are all equal (unpacked data, the common case) are cut to ``positions[:1]``, and a
+  batch may carry ``[1, L]`` positions itself. The decoder then evaluates a position bias once,
+  ``[1, H, L, L]``, whose gradient the attention sums over the batch in its custom VJP, and RoPE
+  computes one cos/sin table instead of one per row (``benchmarks/README.md``: T5 1.07-1.09x of
+  a NoPE step with per-row positions). Device arrays (a sharded batch) are passed unchanged.
+
   Args:
     batch: A batch dict from a data iterator; extra keys are dropped (they would otherwise become
-      part of the jit cache key).
+      part of the jit cache key). ``inputs`` int ``[B, L]``; ``targets``, ``loss_mask`` (and
+      ``segment_ids``) ``[B, L]``; ``positions`` ``[B, L]`` or ``[1, L]``.
 
   Returns:
     A dict with the keys of ``BATCH_KEYS`` plus any of ``OPTIONAL_BATCH_KEYS`` present.
@@ -91,11 +99,31 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
   if len(inputs_shape) != 2:
     raise ValueError(f"batch['inputs'] must have shape [B, L], got shape {inputs_shape}")
   for key in BATCH_KEYS[1:] + OPTIONAL_BATCH_KEYS:
-    if key in batch and np.shape(batch[key]) != inputs_shape:
+    shape = np.shape(batch[key]) if key in batch else inputs_shape
+    if shape != inputs_shape and not (key == "positions" and shape == (1, inputs_shape[1])):
+      allowed = " or [1, L]" if key == "positions" else ""
       raise ValueError(
-          f"batch[{key!r}] must have the shape of batch['inputs'] {inputs_shape}, got shape"
-          f" {np.shape(batch[key])}")
-  return {key: batch[key] for key in BATCH_KEYS + OPTIONAL_BATCH_KEYS if key in batch}
+          f"batch[{key!r}] must have the shape of batch['inputs'] {inputs_shape}{allowed}, got "
+          f"shape {shape}")
+  out = {key: batch[key] for key in BATCH_KEYS + OPTIONAL_BATCH_KEYS if key in batch}
+  out["positions"] = shared_positions(out["positions"])
+  return out
+
+
+def shared_positions(positions: Any) -> Any:
+  """``positions[:1]`` if ``positions`` is a host ``[B, L]`` array whose rows are all equal.
+
+  Args:
+    positions: int ``[B, L]`` positions (NumPy or a device array).
+
+  Returns:
+    int ``[1, L]`` (the shared row, NumPy) when every row equals the first; else ``positions``
+    unchanged (per-row positions, or a device array, which is not inspected).
+  """
+  if (isinstance(positions, np.ndarray) and positions.ndim == 2 and positions.shape[0] > 1
+      and np.array_equal(positions, np.broadcast_to(positions[:1], positions.shape))):
+    return positions[:1]
+  return positions
 
 
 def _forward(model: nnx.Module, batch: Mapping[str, Any]) -> jax.Array:

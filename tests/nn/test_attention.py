@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
-from pejax.nn.attention import attention, choose_implementation
+from pejax.nn.attention import AttentionCall, attention, choose_implementation, select_kernel
 from pejax.nn.attention_mask import attention_mask
 
 
@@ -234,11 +234,51 @@ class AttentionTest(chex.TestCase):
     np.testing.assert_array_equal(mask[0, 0], np.kron(np.eye(2, dtype=bool), np.ones((2, 2), bool)))
 
   def test_choose_implementation(self):
+    self.assertEqual(choose_implementation("auto", 1024, platform_name="cpu"), "dense")
+    self.assertEqual(choose_implementation("auto", 1025, platform_name="cpu"), "blockwise")
+    self.assertEqual(choose_implementation("auto", 2048, platform_name="tpu"), "dense")
+    self.assertEqual(choose_implementation("auto", 10**6, supports_blockwise=False), "dense")
+    self.assertEqual(choose_implementation("blockwise", 8, supports_blockwise=False), "blockwise")
     self.assertEqual(choose_implementation("auto", 2048, blockwise_threshold=2048), "dense")
     self.assertEqual(choose_implementation("auto", 2049, blockwise_threshold=2048), "blockwise")
     self.assertEqual(choose_implementation("dense", 10**6, blockwise_threshold=2048), "dense")
     with self.assertRaisesRegex(ValueError, "attention must be one of"):
       choose_implementation("flash", 10, blockwise_threshold=2048)
+
+  def test_kernel_table_dispatch(self):
+    # Predicates read shapes and dtypes only: abstract arrays are enough (no compile).
+    def call(dtype=jnp.bfloat16, schedule="dense", platform="cuda", **overrides):
+      q = jax.ShapeDtypeStruct((2, 16, 4, 32), dtype)
+      kv = jax.ShapeDtypeStruct((2, 16, 2, 32), dtype)
+      fields = dict(q=q, k=kv, v=kv, q_positions=None, k_positions=None, bias=None,
+                    bias_grad=True, schedule=schedule, causal=True, q_offset=0, kv_length=None,
+                    q_segment_ids=None, k_segment_ids=None, block_size=8, window=None,
+                    q_features=None, k_features=None, logits_fn=None, platform=platform)
+      fields.update(overrides)
+      return AttentionCall(**fields)
+
+    fixed_bias = jnp.zeros((1, 4, 16, 16))
+    self.assertEqual(select_kernel(call()), "cudnn")
+    self.assertEqual(select_kernel(call(schedule="blockwise", window=4)), "cudnn")
+    self.assertEqual(select_kernel(call(bias=fixed_bias, bias_grad=False)), "cudnn")
+    # What cuDNN cannot serve falls through to the portable schedules.
+    self.assertEqual(select_kernel(call(bias=fixed_bias)), "dense")  # bias with a gradient
+    self.assertEqual(select_kernel(call(schedule="blockwise", bias=lambda qp, kp: qp,
+                                        bias_grad=False)), "blockwise")  # would materialize
+    self.assertEqual(select_kernel(call(dtype=jnp.float32)), "dense")
+    self.assertEqual(select_kernel(call(q_offset=3)), "dense")  # KV-cache offset
+    self.assertEqual(select_kernel(call(q_segment_ids=1, k_segment_ids=1)), "dense")
+    self.assertEqual(select_kernel(call(logits_fn=jnp.tanh)), "hooked")
+    self.assertEqual(select_kernel(call(platform="rocm")), "dense")
+    self.assertEqual(select_kernel(call(platform="cpu", schedule="blockwise")), "blockwise")
+
+  def test_auto_resolves_by_length_and_keeps_array_biases_dense(self):
+    q, k, v = _inputs(batch=1, q_len=9, k_len=9)
+    positions = jnp.arange(9, dtype=jnp.int32)[None, :]
+    bias = _alibi_fn(4)(positions, positions)
+    got = attention(q, k, v, q_positions=positions, k_positions=positions, bias=bias,
+                    implementation="auto")
+    np.testing.assert_allclose(got, _naive_attention(q, k, v, bias=bias), atol=1e-5)
 
   def test_bad_inputs(self):
     q, k, v = _inputs()

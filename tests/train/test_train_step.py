@@ -144,6 +144,19 @@ class ModelInputsTest(parameterized.TestCase):
       train_step_lib.model_inputs(batch)
 
 
+  def test_positions_shared_by_every_row_travel_as_one_row(self):
+    batch = _batch()
+    shared = train_step_lib.model_inputs(batch)["positions"]
+    np.testing.assert_array_equal(shared, batch["positions"][:1])
+    per_row = batch["positions"].copy()
+    per_row[1] += 1  # Rows differ (packed or offset rows): kept per row.
+    got = train_step_lib.model_inputs({**batch, "positions": per_row})["positions"]
+    np.testing.assert_array_equal(got, per_row)
+    one_row = train_step_lib.model_inputs({**batch, "positions": batch["positions"][:1]})
+    self.assertEqual(one_row["positions"].shape, (1, 6))
+    with self.assertRaisesRegex(ValueError, r"positions.*\[1, L\]"):
+      train_step_lib.model_inputs({**batch, "positions": batch["positions"][:1, :-1]})
+
 class TrainStepTest(parameterized.TestCase):
 
   def _setup(self):

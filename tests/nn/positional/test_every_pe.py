@@ -267,7 +267,7 @@ class PatternsTest(parameterized.TestCase):
       self.assertGreater(float(jnp.abs(changed[:, :horizon] - dense[:, :horizon]).max()), 1e-4)
 
   def test_sliding_window_skips_blockwise_tiles(self):
-    from pejax.nn import blockwise_attention  # pylint: disable=g-import-not-at-top
+    from pejax.nn.blockwise_attention import blockwise_attention  # pylint: disable=g-import-not-at-top
     q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))
     k = jax.random.normal(jax.random.key(1), (1, 64, 2, 8))
     positions = jnp.arange(64, dtype=jnp.int32)[None]
