@@ -329,11 +329,23 @@ def _col_spec(x: Array, cols: int, *, whole: bool) -> pl.BlockSpec:
   return pl.BlockSpec((None, 1, cols), lambda b, h, i: (0 if shared else b, 0, i))
 
 
-def _head_spec(rows: int, dim: int, groups: int, *, whole_len: Optional[int] = None):
-  """``[B, L, H|K, D]`` tile ``[rows, D]`` of block ``i`` (or the whole length) of one head."""
+def _head_spec(rows: int, dim: int, groups: int, *, whole_len: Optional[int] = None,
+               head_major: bool = False):
+  """Tile ``[rows, D]`` of block ``i`` (or the whole length) of one head of ``[B, L, H|K, D]``
+  (Triton: strided rows) or, ``head_major``, of ``[B, H|K, L, D]`` (Mosaic TPU: the block's
+  last two dims must be the array's, or multiples of (8, 128))."""
+  rows = rows if whole_len is None else whole_len
+  if head_major:
+    if whole_len is not None:
+      return pl.BlockSpec((None, None, rows, dim), lambda b, h, i: (b, lax.div(h, groups), 0, 0))
+    return pl.BlockSpec((None, None, rows, dim), lambda b, h, i: (b, lax.div(h, groups), i, 0))
   if whole_len is not None:
-    return pl.BlockSpec((None, whole_len, None, dim), lambda b, h, i: (b, 0, h // groups, 0))
-  return pl.BlockSpec((None, rows, None, dim), lambda b, h, i: (b, i, h // groups, 0))
+    return pl.BlockSpec((None, rows, None, dim), lambda b, h, i: (b, 0, lax.div(h, groups), 0))
+  return pl.BlockSpec((None, rows, None, dim), lambda b, h, i: (b, i, lax.div(h, groups), 0))
+
+
+def _to_head_major(*xs):
+  return tuple(jnp.swapaxes(x, 1, 2) for x in xs)
 
 
 def _stat_spec(rows: int, *, whole_len: Optional[int] = None):
@@ -360,22 +372,29 @@ def _forward_call(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, pa
   batch, lq, heads, dim = q.shape
   lk, dim_v = k.shape[1], v.shape[3]
   nq, nk = lq // st.block_q, lk // st.block_k
+  hm = backend == "mosaic_tpu"
+  if hm:
+    q, k, v = _to_head_major(q, k, v)
   specs, extra = _extras(st, backend, qseg, kseg, params, q_whole=False, k_whole=True)
   in_specs = [
-      _head_spec(st.block_q, dim, 1),
-      _head_spec(st.block_k, dim, st.groups, whole_len=lk),
-      _head_spec(st.block_k, dim_v, st.groups, whole_len=lk),
+      _head_spec(st.block_q, dim, 1, head_major=hm),
+      _head_spec(st.block_k, dim, st.groups, whole_len=lk, head_major=hm),
+      _head_spec(st.block_k, dim_v, st.groups, whole_len=lk, head_major=hm),
       _row_spec(qpos, st.block_q, whole=False),
       _col_spec(kpos, st.block_k, whole=True),
   ] + specs
-  out_shape = [jax.ShapeDtypeStruct((batch, lq, heads, dim_v), q.dtype),
+  out_layout = (batch, heads, lq, dim_v) if hm else (batch, lq, heads, dim_v)
+  out_shape = [jax.ShapeDtypeStruct(out_layout, q.dtype),
                jax.ShapeDtypeStruct((batch, heads, lq, 1), jnp.float32)]
-  out_specs = [_head_spec(st.block_q, dim_v, 1), _stat_spec(st.block_q)]
-  return pl.pallas_call(
+  out_specs = [_head_spec(st.block_q, dim_v, 1, head_major=hm), _stat_spec(st.block_q)]
+  out, lse = pl.pallas_call(
       functools.partial(_forward_kernel, st, nk), grid=(batch, heads, nq), in_specs=in_specs,
       out_specs=out_specs, out_shape=out_shape, interpret=st.interpret,
       compiler_params=None if st.interpret else _compiler_params(backend),
       name="pejax_flash_forward")(q, k, v, qpos, kpos, *extra)
+  if hm:
+    (out,) = _to_head_major(out)
+  return out, lse
 
 
 def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, params, do, lse,
@@ -384,27 +403,34 @@ def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, 
   lk, dim_v = k.shape[1], v.shape[3]
   nq, nk = lq // st.block_q, lk // st.block_k
   compiler = None if st.interpret else _compiler_params(backend)
+  hm = backend == "mosaic_tpu"
+  if hm:
+    q, k, v, do = _to_head_major(q, k, v, do)
+  q_shape = (batch, heads, lq, dim) if hm else (batch, lq, heads, dim)
   specs, extra = _extras(st, backend, qseg, kseg, params, q_whole=False, k_whole=True)
   dq = pl.pallas_call(
       functools.partial(_dq_kernel, st, nk), grid=(batch, heads, nq),
       in_specs=[
-          _head_spec(st.block_q, dim, 1),
-          _head_spec(st.block_k, dim, st.groups, whole_len=lk),
-          _head_spec(st.block_k, dim_v, st.groups, whole_len=lk),
-          _head_spec(st.block_q, dim_v, 1),
+          _head_spec(st.block_q, dim, 1, head_major=hm),
+          _head_spec(st.block_k, dim, st.groups, whole_len=lk, head_major=hm),
+          _head_spec(st.block_k, dim_v, st.groups, whole_len=lk, head_major=hm),
+          _head_spec(st.block_q, dim_v, 1, head_major=hm),
           _stat_spec(st.block_q), _stat_spec(st.block_q),
           _row_spec(qpos, st.block_q, whole=False),
           _col_spec(kpos, st.block_k, whole=True),
       ] + specs,
-      out_specs=_head_spec(st.block_q, dim, 1),
-      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), interpret=st.interpret,
+      out_specs=_head_spec(st.block_q, dim, 1, head_major=hm),
+      out_shape=jax.ShapeDtypeStruct(q_shape, q.dtype), interpret=st.interpret,
       compiler_params=compiler, name="pejax_flash_backward_dq",
   )(q, k, v, do, lse, delta, qpos, kpos, *extra)
 
   specs, extra = _extras(st, backend, qseg, kseg, params, q_whole=True, k_whole=False)
-  out_shape = [jax.ShapeDtypeStruct((batch, lk, heads, dim), k.dtype),
-               jax.ShapeDtypeStruct((batch, lk, heads, dim_v), v.dtype)]
-  out_specs = [_head_spec(st.block_k, dim, 1), _head_spec(st.block_k, dim_v, 1)]
+  out_shape = [
+      jax.ShapeDtypeStruct((batch, heads, lk, dim) if hm else (batch, lk, heads, dim), k.dtype),
+      jax.ShapeDtypeStruct((batch, heads, lk, dim_v) if hm else (batch, lk, heads, dim_v),
+                           v.dtype)]
+  out_specs = [_head_spec(st.block_k, dim, 1, head_major=hm),
+               _head_spec(st.block_k, dim_v, 1, head_major=hm)]
   if st.tile is not None and st.tile.learnable:
     width = params.shape[1]
     out_shape.append(jax.ShapeDtypeStruct((batch, heads, nk * _GRAD_ROWS, width), jnp.float32))
@@ -412,10 +438,10 @@ def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, 
   outs = pl.pallas_call(
       functools.partial(_dkv_kernel, st, nq), grid=(batch, heads, nk),
       in_specs=[
-          _head_spec(st.block_q, dim, 1, whole_len=lq),
-          _head_spec(st.block_k, dim, st.groups),
-          _head_spec(st.block_k, dim_v, st.groups),
-          _head_spec(st.block_q, dim_v, 1, whole_len=lq),
+          _head_spec(st.block_q, dim, 1, whole_len=lq, head_major=hm),
+          _head_spec(st.block_k, dim, st.groups, head_major=hm),
+          _head_spec(st.block_k, dim_v, st.groups, head_major=hm),
+          _head_spec(st.block_q, dim_v, 1, whole_len=lq, head_major=hm),
           _stat_spec(st.block_q, whole_len=lq), _stat_spec(st.block_q, whole_len=lq),
           _row_spec(qpos, st.block_q, whole=True),
           _col_spec(kpos, st.block_k, whole=False),
@@ -423,11 +449,14 @@ def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, 
       out_specs=out_specs, out_shape=out_shape, interpret=st.interpret,
       compiler_params=compiler, name="pejax_flash_backward_dkv",
   )(q, k, v, do, lse, delta, qpos, kpos, *extra)
+  dq, dk, dv = dq, outs[0], outs[1]
+  if hm:
+    dq, dk, dv = _to_head_major(dq, dk, dv)
   dparams = None
   if len(outs) > 2:
     per_tile = outs[2].reshape((batch, heads, nk, _GRAD_ROWS, -1))[:, :, :, 0, :]
     dparams = jnp.sum(per_tile, axis=(0, 2))  # [H, width]
-  return dq, outs[0], outs[1], dparams
+  return dq, dk, dv, dparams
 
 
 def _dispatch(st: _Static, call, *args):
