@@ -11,6 +11,8 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
+from pejax.nn.pallas_attention import pallas_attention
+from pejax.nn.pallas_attention import pallas_can_serve
 from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
 from pejax.nn.positional import LearnedConfig
@@ -32,6 +34,8 @@ from pejax.nn.positional import get_pe_class
 from pejax.nn.positional import pe_names
 from pejax.nn.positional import register_pe
 from pejax.nn.self_attention import SelfAttention
+from pejax.nn.tile_bias import KernelBias
+from pejax.nn.tile_bias import kernel_bias_from_pe
 from pejax.nn.token_linear import TokenLinear
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "DecoderBlock",
     "DecoderConfig",
     "KVCache",
+    "KernelBias",
     "LearnedPE",
     "Mlp",
     "NoPE",
@@ -66,6 +71,9 @@ __all__ = [
     "dense_attention",
     "get_pe_class",
     "init_kv_cache",
+    "kernel_bias_from_pe",
+    "pallas_attention",
+    "pallas_can_serve",
     "pe_names",
     "register_pe",
 ]

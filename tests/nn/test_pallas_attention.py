@@ -15,6 +15,9 @@ checks, the other PEs and mask combinations are ``slow``.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -240,3 +243,40 @@ def test_bad_bias_settings_raise_naming_them():
   with pytest.raises(ValueError, match="FIRE parameters"):
     tile_bias.fire_kernel_bias(jnp.ones(4), jnp.ones(3), jnp.ones((4, H)), jnp.ones(H),
                                0.1, 512.0, eps=1e-6)
+
+
+# The whole decoder with its attention routed to the kernel (the benchmark's stand-in for the
+# dispatch): loss and every parameter gradient equal the dense decoder's. -----------------------
+
+
+@pytest.mark.parametrize("name", ("t5", "kerple_log"))
+@pytest.mark.slow
+def test_decoder_routed_to_the_kernel_matches_dense_loss_and_gradients(name, monkeypatch):
+  from benchmarks.accelerator import routed_attention  # pylint: disable=g-import-not-at-top
+  from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
+  kernel_module = importlib.import_module("pejax.nn.pallas_attention")
+
+  calls = []
+  original = kernel_module.pallas_attention
+  monkeypatch.setattr(kernel_module, "pallas_attention",
+                      lambda *a, **kw: calls.append(kw["bias"]) or original(*a, **kw))
+
+  config = DecoderConfig(num_layers=2, d_model=H * D, num_heads=H, num_kv_heads=K, pe=name)
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (B, L), 0, 256, jnp.int32)
+  positions = _inputs()[4]
+  segments = _segments()
+
+  def loss(model):
+    logits = model(tokens, positions=positions, segment_ids=segments)
+    return jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+  results = []
+  for route in ("pejax-dense", "pallas"):
+    with routed_attention(route, interpret=True) as implementation:
+      model = Decoder(dataclasses.replace(config, attention=implementation), rngs=nnx.Rngs(0))
+      results.append(nnx.jit(nnx.value_and_grad(loss))(model))
+  (ref_loss, ref_grads), (got_loss, got_grads) = results
+  assert len(calls) == 2 and all(bias.tile.kind.startswith(name) for bias in calls)  # 2 layers
+  np.testing.assert_allclose(got_loss, ref_loss, rtol=1e-5)
+  for (path, want), got in zip(jax.tree.leaves_with_path(ref_grads), jax.tree.leaves(got_grads)):
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
