@@ -3,7 +3,7 @@ kernel, ``jax.nn.dot_product_attention`` (XLA) and cuDNN flash attention.
 
 Ready to run in one go when a GPU (or TPU) is lent::
 
-  python -m benchmarks.accelerator                   # full: 1K-16K tokens, ~5-10 min on a GPU
+  python -m benchmarks.accelerator                   # full: 1K-16K tokens, <= 10 min (--budget_s)
   python -m benchmarks.accelerator --smoke           # tiny sizes; runs on CPU (Pallas interpreted)
 
 Two parts, each case timed after its compiling call (median of ``--repeats`` calls, min-max kept):
@@ -27,7 +27,7 @@ Two parts, each case timed after its compiling call (median of ``--repeats`` cal
 2. **Training**, tokens/s and MFU of the decoder's train step (forward, loss, gradients, AdamW)
    per attention implementation. The decoder reaches only dense / blockwise today; until the
    attention dispatch serves the others, this script routes the decoder's attention call to the
-   Pallas kernel, XLA or cuDNN itself (``routed_attention``, plain causal batches only). MFU =
+   Pallas kernel, XLA or cuDNN itself (``routed_attention``; XLA / cuDNN: no packing). MFU =
    ``(6 N + 6 * layers * L * d_model) * tokens/s / peak`` (PaLM appendix B, causal half of the
    attention term), N the non-embedding parameters plus the output projection; the peak bf16
    FLOP/s comes from a table of device kinds or ``--peak_tflops``.
@@ -95,9 +95,9 @@ def _time(fn: Callable[[], Any], repeats: int) -> dict:
 def _pe(name: str, heads: int, dim: int):
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from pejax.nn.decoder_config import DecoderConfig  # pylint: disable=g-import-not-at-top
-  from pejax.nn.positional.registry import build_pe, pe_config  # pylint: disable=g-import-not-at-top
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
   model = DecoderConfig(num_layers=1, d_model=heads * dim, num_heads=heads, pe=name)
-  return build_pe(pe_config(name), model, rngs=nnx.Rngs(0))
+  return registry.build_pe(registry.pe_config(name), model, rngs=nnx.Rngs(0))
 
 
 def _attention_fn(impl: str, pe_name: str, *, heads: int, dim: int, interpret: bool,
@@ -132,6 +132,13 @@ def _attention_fn(impl: str, pe_name: str, *, heads: int, dim: int, interpret: b
   return fn, nnx.state(pe)
 
 
+def _over_budget(args) -> Optional[str]:
+  """A reason to skip the next case once ``--budget_s`` seconds have passed since the start."""
+  if args.budget_s and time.perf_counter() - args.start > args.budget_s:
+    return f"time budget of {args.budget_s:.0f} s spent before this case"
+  return None
+
+
 def _skip_reason(impl: str, pe_name: str, backend: str) -> Optional[str]:
   if impl == "cudnn" and backend != "gpu":
     return "cuDNN flash attention needs a CUDA GPU"
@@ -151,7 +158,7 @@ def attention_cases(args, backend: str, dtype) -> list[dict]:
       for impl in args.implementations:
         row = dict(part="attention", impl=impl, pe=pe_name, length=length, batch=batch,
                    heads=args.heads, head_dim=args.head_dim, dtype=str(jnp.dtype(dtype)))
-        reason = _skip_reason(impl, pe_name, backend)
+        reason = _skip_reason(impl, pe_name, backend) or _over_budget(args)
         if reason:
           rows.append(dict(row, skipped=reason))
           continue
@@ -180,6 +187,7 @@ def attention_cases(args, backend: str, dtype) -> list[dict]:
             traceback.print_exc()
         rows.append(row)
         print(_attention_line(row), flush=True)
+        args.checkpoint(rows, None)
   return rows
 
 
@@ -252,11 +260,11 @@ def training_cases(args, backend: str, dtype_name: str, peak: Optional[float]) -
   rows = []
   for length in args.train_lengths:
     batch = max(1, args.train_tokens // length)
-    for pe_name in args.pes:
+    for pe_name in args.train_pes:
       for impl in args.implementations:
         row = dict(part="training", impl=impl, pe=pe_name, length=length, batch=batch,
                    layers=args.layers, d_model=args.d_model, heads=args.heads, dtype=dtype_name)
-        reason = _skip_reason(impl, pe_name, backend)
+        reason = _skip_reason(impl, pe_name, backend) or _over_budget(args)
         if reason:
           rows.append(dict(row, skipped=reason))
           continue
@@ -289,6 +297,7 @@ def training_cases(args, backend: str, dtype_name: str, peak: Optional[float]) -
             traceback.print_exc()
         rows.append(row)
         print(_training_line(row), flush=True)
+        args.checkpoint(None, rows)
   return rows
 
 
@@ -343,16 +352,20 @@ def main(argv: Optional[list[str]] = None) -> dict:
   """
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--smoke", action="store_true", help="tiny sizes (CPU: Pallas interpreted)")
-  parser.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+  parser.add_argument("--lengths", default="1024,4096,16384")
   parser.add_argument("--tokens", type=int, default=32768, help="B * L per attention case")
-  parser.add_argument("--train_lengths", default="1024,4096,16384")
+  parser.add_argument("--train_lengths", default="2048,8192")
   parser.add_argument("--train_tokens", type=int, default=65536, help="B * L per train step")
   parser.add_argument("--heads", type=int, default=16)
   parser.add_argument("--head_dim", type=int, default=64)
   parser.add_argument("--layers", type=int, default=8)
   parser.add_argument("--d_model", type=int, default=1024)
   parser.add_argument("--block", type=int, default=512, help="blockwise tile (Pallas: <= 128)")
-  parser.add_argument("--pes", default=",".join(PES))
+  parser.add_argument("--pes", default=",".join(PES), help="PE biases of the attention part")
+  parser.add_argument("--train_pes", default="alibi", help="PE biases of the training part")
+  parser.add_argument("--budget_s", type=float, default=480.0,
+                      help="start no new case after this many seconds (0: no limit); the "
+                           "results are written after every case")
   parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS))
   parser.add_argument("--repeats", type=int, default=10)
   parser.add_argument("--peak_tflops", type=float, default=None)
@@ -362,11 +375,14 @@ def main(argv: Optional[list[str]] = None) -> dict:
   args = parser.parse_args(argv)
   if args.smoke:
     args.lengths, args.tokens, args.train_lengths, args.train_tokens = "32", 64, "32", 64
+    args.train_pes = args.pes
     args.heads, args.head_dim, args.layers, args.d_model = 2, 16, 1, 32
     args.block, args.repeats = 16, 1
   args.lengths = [int(x) for x in str(args.lengths).split(",")]
   args.train_lengths = [int(x) for x in str(args.train_lengths).split(",")]
   args.pes = args.pes.split(",")
+  args.train_pes = args.train_pes.split(",")
+  args.start = time.perf_counter()
   args.implementations = args.implementations.split(",")
   for impl in args.implementations:
     if impl not in IMPLEMENTATIONS:
@@ -386,16 +402,26 @@ def main(argv: Optional[list[str]] = None) -> dict:
                heads=args.heads, smoke=args.smoke,
                measured_on_accelerator=backend in ("gpu", "tpu"))
   print(f"backend {backend}, device {setup['device']}, peak {peak} TFLOP/s", flush=True)
-  attention_rows = attention_cases(args, backend, dtype)
-  training_rows = [] if args.skip_training else training_cases(args, backend, dtype_name, peak)
-  record = dict(setup=setup, attention=attention_rows, training=training_rows)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   stem = "accelerator_smoke" if args.smoke else "accelerator"
-  (out / f"{stem}.json").write_text(json.dumps(record, indent=1, default=str))
-  text = markdown(setup, attention_rows, training_rows)
-  (out / f"{stem}.md").write_text(text)
-  print(text)
+  record = dict(setup=setup, attention=[], training=[])
+
+  def checkpoint(attention_rows, training_rows):
+    # Written after every case, so that a run cut short still leaves its tables.
+    if attention_rows is not None:
+      record["attention"] = attention_rows
+    if training_rows is not None:
+      record["training"] = training_rows
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown(setup, record["attention"], record["training"]))
+
+  args.checkpoint = checkpoint
+  attention_cases(args, backend, dtype)
+  if not args.skip_training:
+    training_cases(args, backend, dtype_name, peak)
+  checkpoint(None, None)
+  print(markdown(setup, record["attention"], record["training"]))
   return record
 
 
