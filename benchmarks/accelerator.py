@@ -417,10 +417,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     (out / f"{stem}.md").write_text(markdown(setup, record["attention"], record["training"]))
 
   args.checkpoint = checkpoint
-  attention_cases(args, backend, dtype)
-  if not args.skip_training:
-    training_cases(args, backend, dtype_name, peak)
-  checkpoint(None, None)
+  attention_rows = attention_cases(args, backend, dtype)
+  training_rows = None if args.skip_training else training_cases(args, backend, dtype_name,
+                                                                  peak)
+  checkpoint(attention_rows, training_rows)
   print(markdown(setup, record["attention"], record["training"]))
   return record
 

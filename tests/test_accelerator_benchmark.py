@@ -39,3 +39,13 @@ def test_smoke_run_on_cpu(tmp_path):
 def test_unknown_implementation_is_a_usage_error():
   with pytest.raises(SystemExit):
     accelerator.main(["--smoke", "--implementations", "flash"])
+
+
+def test_time_budget_skips_cases_and_still_writes_the_tables(tmp_path):
+  record = accelerator.main(["--smoke", "--pes", "alibi", "--implementations", "pallas",
+                             "--budget_s", "1e-9", "--out", str(tmp_path)])
+  rows = record["attention"] + record["training"]
+  assert len(rows) == 2
+  assert all(row["skipped"].startswith("time budget of") for row in rows)
+  written = json.loads((tmp_path / "accelerator_smoke.json").read_text())
+  assert written["attention"] == json.loads(json.dumps(record["attention"], default=str))
