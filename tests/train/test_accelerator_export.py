@@ -185,7 +185,7 @@ def _kernel_loss(pe_name: str):
 
 
 @pytest.mark.parametrize("pe_name", [
-    pytest.param(name, marks=() if name in ("none", "alibi", "t5") else pytest.mark.slow)
+    pytest.param(name, marks=() if name == "none" else pytest.mark.slow)
     for name in KERNEL_PES])
 def test_pallas_kernels_lower_through_triton_and_mosaic(pe_name):
   grad, args = _kernel_loss(pe_name)
