@@ -152,9 +152,11 @@ def attention_cases(args, backend: str, dtype) -> list[dict]:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rows = []
   interpret = backend == "cpu"
+  check_length = min(args.lengths)
   for length in args.lengths:
     batch = max(1, args.tokens // length)
     for pe_name in args.pes:
+      reference = None  # pejax-dense output and dq at the shortest length: the numbers check.
       for impl in args.implementations:
         row = dict(part="attention", impl=impl, pe=pe_name, length=length, batch=batch,
                    heads=args.heads, head_dim=args.head_dim, dtype=str(jnp.dtype(dtype)))
@@ -175,6 +177,21 @@ def attention_cases(args, backend: str, dtype) -> list[dict]:
           flops = 2 * 2 * batch * args.heads * length * length * args.head_dim / 2
           fwd = _time(lambda: forward(q, k, v, state), args.repeats)
           both = _time(lambda: grads(q, k, v, state), args.repeats)
+          if length == check_length:
+            # On the device, the first check that the kernels compute the right numbers:
+            # max |difference| from pejax-dense of the output and of dq (float32).
+            out = forward(q, k, v, state).astype(jnp.float32)
+            dq = grads(q, k, v, state)[0].astype(jnp.float32)
+            if reference is None:
+              ref_fn, ref_state = _attention_fn("pejax-dense", pe_name, heads=args.heads,
+                                                dim=args.head_dim, interpret=interpret,
+                                                block=args.block)
+              reference = (jax.jit(ref_fn)(q, k, v, ref_state).astype(jnp.float32),
+                           jax.jit(jax.grad(lambda q, k, v, s: jnp.sum(
+                               ref_fn(q, k, v, s).astype(jnp.float32))))(
+                                   q, k, v, ref_state).astype(jnp.float32))
+            row.update(max_abs_diff_out=float(jnp.max(jnp.abs(out - reference[0]))),
+                       max_abs_diff_dq=float(jnp.max(jnp.abs(dq - reference[1]))))
           row.update(forward_ms=fwd["median_s"] * 1e3, forward_range_ms=(
               fwd["min_s"] * 1e3, fwd["max_s"] * 1e3),
                      forward_tflops=flops / fwd["median_s"] / 1e12,
@@ -311,9 +328,12 @@ def _f(x, digits=2):
 def _attention_line(r: dict) -> str:
   head = f"| {r['impl']} | {r['pe']} | {r['length']} | {r['batch']} |"
   if "skipped" in r:
-    return head + f" skipped: {r['skipped']} | | | |"
+    return head + f" skipped: {r['skipped']} | | | | |"
+  check = ""
+  if "max_abs_diff_out" in r:
+    check = f" {r['max_abs_diff_out']:.1e} / {r['max_abs_diff_dq']:.1e}"
   return head + (f" {_f(r['forward_ms'])} | {_f(r['forward_tflops'])} | {_f(r['backward_ms'])} |"
-                 f" {_f(r['backward_tflops'])} |")
+                 f" {_f(r['backward_tflops'])} |{check} |")
 
 
 def _training_line(r: dict) -> str:
@@ -330,8 +350,9 @@ def markdown(setup: dict, attention_rows: list[dict], training_rows: list[dict])
       f"`{setup['command']}` on {setup['device']} ({setup['backend']}, peak "
       f"{_f(setup['peak_tflops'], 0)} TFLOP/s bf16), jax {setup['jax']}, {setup['date']}.",
       "", "## Attention (causal; fwd+bwd includes the bias-parameter gradients)", "",
-      "| impl | PE | L | B | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |",
-      "|:--|:--|--:|--:|--:|--:|--:|--:|",
+      "| impl | PE | L | B | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |"
+      " max diff vs dense: out / dq |",
+      "|:--|:--|--:|--:|--:|--:|--:|--:|--:|",
   ]
   lines += [_attention_line(r) for r in attention_rows]
   lines += ["", f"## Training step ({setup['layers']} layers, d_model {setup['d_model']}, "
