@@ -215,7 +215,19 @@ def attention_cases(args, backend: str, dtype) -> list[dict]:
 def routed_attention(impl: str, interpret: bool):
   """Routes the decoder's attention call to ``impl`` for the duration (a benchmark stand-in for
   the attention dispatch). The decoder runs with ``attention="blockwise"``, so the PE bias
-  arrives as the PE's bound ``bias`` method, from which the in-kernel bias is built."""
+  arrives as the PE's bound ``bias`` method, from which the in-kernel bias is built.
+
+  The patch is invisible to jit caches: a function jitted once at module level
+  (``pejax.train.eval_step``) and traced earlier for the same model config keeps its unrouted
+  trace. Trace fresh functions, or change a config field, inside the context.
+
+  Args:
+    impl: one of ``IMPLEMENTATIONS``.
+    interpret: run the Pallas kernel in interpret mode (CPU).
+
+  Yields:
+    The decoder's ``attention`` setting to use inside the context.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   from pejax.nn import self_attention  # pylint: disable=g-import-not-at-top
   from pejax.nn.pallas_attention import pallas_attention  # pylint: disable=g-import-not-at-top
