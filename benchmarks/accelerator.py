@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import pathlib
 import platform
