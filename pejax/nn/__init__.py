@@ -11,6 +11,8 @@ from pejax.nn.generation import sample_logits
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
+from pejax.nn.pallas_attention import pallas_attention
+from pejax.nn.pallas_attention import pallas_can_serve
 from pejax.nn.rms_norm import RMSNorm
 from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
@@ -33,6 +35,8 @@ from pejax.nn.positional import get_pe_class
 from pejax.nn.positional import pe_names
 from pejax.nn.positional import register_pe
 from pejax.nn.self_attention import SelfAttention
+from pejax.nn.tile_bias import KernelBias
+from pejax.nn.tile_bias import kernel_bias_from_pe
 from pejax.nn.token_linear import TokenLinear
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "DecoderBlock",
     "DecoderConfig",
     "KVCache",
+    "KernelBias",
     "LearnedPE",
     "Mlp",
     "NoPE",
@@ -66,6 +71,9 @@ __all__ = [
     "generate",
     "get_pe_class",
     "init_kv_cache",
+    "kernel_bias_from_pe",
+    "pallas_attention",
+    "pallas_can_serve",
     "pe_names",
     "register_pe",
     "sample_logits",
