@@ -27,10 +27,12 @@ One core, two schedules, platform fast paths:
 (``"auto"``: dense up to the platform's measured crossover, ``_DENSE_UP_TO``), which also fixes the
 form of the PE bias (an evaluated array for ``dense``, a function of positions for
 ``blockwise``); :func:`attention` then runs the first entry of ``_KERNELS`` whose platform
-matches ``jax.default_backend()`` and whose predicate accepts the call. A new backend kernel (a
-Pallas flash kernel computing the PE bias inside from positions) is one more ``_Kernel`` entry
-with its own predicate. The choice is made when tracing, from the default backend: lowering for
-another platform with ``jax.export`` from a CPU process gets the portable pure-JAX schedules.
+matches ``jax.default_backend()`` and whose predicate accepts the call: cuDNN (CUDA), the Pallas
+flash kernel with the PE bias computed inside from positions (CUDA, ROCm, TPU;
+:mod:`pejax.nn.pallas_attention`), then the portable schedules; a new backend kernel is one
+more ``_Kernel`` entry with its own predicate. The choice is made when tracing, from the default
+backend or :func:`target_platform` (to lower for another platform with ``jax.export`` from a CPU
+process).
 
 All paths give the same numbers (float32 rounding aside; the cuDNN path computes in its bf16/fp16
 inputs with the bias in that dtype).
@@ -38,8 +40,9 @@ inputs with the bias in that dtype).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -73,14 +76,43 @@ _DENSE_UP_TO = {"cpu": 1024}
 _DENSE_UP_TO_UNMEASURED = 2048
 
 
+_TARGET_PLATFORMS: list[str] = []  # The stack of target_platform() overrides.
+_ACCELERATORS = frozenset({"cuda", "rocm", "tpu"})  # Where the Pallas kernel serves calls.
+
+
+@contextlib.contextmanager
+def target_platform(name: str) -> Iterator[None]:
+  """Traces attention for platform ``name`` (e.g. to ``jax.export`` for ``"tpu"`` from a CPU).
+
+  Inside the context :func:`platform` returns ``name``, so the kernel table picks what that
+  platform would run (the Pallas kernel on ``"cuda"`` / ``"tpu"``). Functions jitted earlier keep
+  their traces: trace (or export) afresh inside the context.
+
+  Args:
+    name: ``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``.
+
+  Yields:
+    Nothing.
+  """
+  arg_checks.check_choice("name", name, ("cpu", "cuda", "rocm", "tpu"))
+  _TARGET_PLATFORMS.append(name)
+  try:
+    yield
+  finally:
+    _TARGET_PLATFORMS.pop()
+
+
 def platform() -> str:
   """The platform attention dispatches for: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ...
 
-  ``jax.default_backend()``, with ``"gpu"`` split into CUDA and ROCm (cuDNN needs CUDA).
+  ``jax.default_backend()``, with ``"gpu"`` split into CUDA and ROCm (cuDNN needs CUDA), unless
+  :func:`target_platform` says otherwise.
 
   Returns:
     the platform name.
   """
+  if _TARGET_PLATFORMS:
+    return _TARGET_PLATFORMS[-1]
   backend = jax.default_backend()
   if backend != "gpu":
     return backend
@@ -250,9 +282,63 @@ def _dense_run(call: AttentionCall) -> Array:
       batch_groups=call.platform == "cpu")
 
 
+def _bias_pe(call: AttentionCall) -> Any:
+  """The PE whose ``bias`` hook is the call's bias function (``None``: no such PE)."""
+  owner = getattr(call.bias, "__self__", None)
+  if owner is None or getattr(owner, "bias", None) != call.bias:
+    return None
+  return owner
+
+
+def _pallas_serves(call: AttentionCall) -> bool:
+  """The Pallas flash kernel (pejax.nn.pallas_attention): no bias, or a PE bias it computes
+  inside from positions (ALiBi, T5, KERPLE, Sandwich, FIRE); full sequences (no KV-cache offset),
+  no logit hook or features; one device (a kernel call is not split over a mesh)."""
+  from pejax.nn.pallas_attention import pallas_can_serve  # pylint: disable=g-import-not-at-top
+  pe = _bias_pe(call)
+  if call.bias is not None and pe is None:  # An evaluated array or a user's function.
+    return False
+  if len(jax.devices()) != 1:
+    return False
+  return pallas_can_serve(pe=pe, q_offset=call.q_offset, kv_length=call.kv_length,
+                          logits_fn=call.logits_fn, features=_features(call),
+                          head_dim=call.q.shape[-1]) is None
+
+
+def _pallas_run(call: AttentionCall) -> Array:
+  # pylint: disable=g-import-not-at-top
+  from pejax.nn.pallas_attention import pallas_attention
+  from pejax.nn.tile_bias import kernel_bias_from_pe
+  # pylint: enable=g-import-not-at-top
+  pe = _bias_pe(call)
+  return pallas_attention(
+      call.q, call.k, call.v, q_positions=call.q_positions, k_positions=call.k_positions,
+      bias=None if pe is None else kernel_bias_from_pe(pe), causal=call.causal,
+      window=call.window, q_segment_ids=call.q_segment_ids, k_segment_ids=call.k_segment_ids,
+      q_offset=call.q_offset)
+
+
+def bias_as_function(pe: Any) -> bool:
+  """Whether the decoder should hand ``pe``'s bias to :func:`attention` as its ``bias`` hook
+  (not evaluated) even for the dense schedule: on an accelerator, where the Pallas kernel
+  computes that bias inside from positions.
+
+  Args:
+    pe: a positional encoding instance.
+
+  Returns:
+    True on CUDA / ROCm / TPU when the kernel can describe the PE's bias.
+  """
+  if platform() not in _ACCELERATORS:
+    return False
+  from pejax.nn.tile_bias import pe_kernel_servable  # pylint: disable=g-import-not-at-top
+  return pe_kernel_servable(pe)
+
+
 # First match wins: platform fast paths, then the portable schedules.
 _KERNELS: tuple[_Kernel, ...] = (
     _Kernel("cudnn", frozenset({"cuda"}), _cudnn_serves, _cudnn_run),
+    _Kernel("pallas", _ACCELERATORS, _pallas_serves, _pallas_run),
     _Kernel("hooked", None, lambda call: call.logits_fn is not None, _hooked_run),
     _Kernel("blockwise", None, lambda call: call.schedule == "blockwise", _blockwise_run),
     _Kernel("dense", None, lambda call: call.schedule == "dense", _dense_run),
@@ -266,7 +352,8 @@ def select_kernel(call: AttentionCall) -> str:
     call: the checked call.
 
   Returns:
-    the kernel's name (``"cudnn"``, ``"hooked"``, ``"blockwise"`` or ``"dense"``).
+    the kernel's name (``"cudnn"``, ``"pallas"``, ``"hooked"``, ``"blockwise"`` or
+    ``"dense"``).
   """
   return _select(call).name
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
-from pejax.nn.attention import Bias, attention
+from pejax.nn.attention import Bias, attention, bias_as_function
 from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
@@ -51,7 +51,7 @@ def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Arr
   """
   if not pe.has_bias:
     return None
-  if implementation == "dense":
+  if implementation == "dense" and not bias_as_function(pe):
     return axes.constrain(pe.bias(q_positions, k_positions),
                           (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None))
   return pe.bias

@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -265,11 +266,23 @@ class AttentionTest(chex.TestCase):
     self.assertEqual(select_kernel(call(bias=fixed_bias)), "dense")  # bias with a gradient
     self.assertEqual(select_kernel(call(schedule="blockwise", bias=lambda qp, kp: qp,
                                         bias_grad=False)), "blockwise")  # would materialize
-    self.assertEqual(select_kernel(call(dtype=jnp.float32)), "dense")
-    self.assertEqual(select_kernel(call(q_offset=3)), "dense")  # KV-cache offset
-    self.assertEqual(select_kernel(call(q_segment_ids=1, k_segment_ids=1)), "dense")
+    # Then the Pallas flash kernel (GPU and TPU): no bias or a PE's own bias hook (computed
+    # inside the kernel), static query offsets, segment ids, float32.
+    self.assertEqual(select_kernel(call(dtype=jnp.float32)), "pallas")
+    self.assertEqual(select_kernel(call(q_offset=3)), "pallas")  # A static chunk offset.
+    self.assertEqual(select_kernel(call(q_segment_ids=1, k_segment_ids=1)), "pallas")
+    self.assertEqual(select_kernel(call(platform="rocm")), "pallas")
+    self.assertEqual(select_kernel(call(platform="tpu", dtype=jnp.float32)), "pallas")
+    from pejax.nn import DecoderConfig  # pylint: disable=g-import-not-at-top
+    from pejax.nn.positional.registry import build_pe, pe_config  # pylint: disable=g-import-not-at-top
+    model = DecoderConfig(vocab_size=32, d_model=128, num_heads=4, num_layers=1, pe="alibi")
+    alibi = build_pe(pe_config("alibi"), model, rngs=nnx.Rngs(0))
+    self.assertEqual(select_kernel(call(platform="tpu", bias=alibi.bias)), "pallas")
+    self.assertEqual(select_kernel(call(platform="tpu", bias=alibi.bias, q_offset=jnp.int32(3))),
+                     "dense")  # A traced KV-cache length: the portable schedule.
+    self.assertEqual(select_kernel(call(platform="tpu", bias=fixed_bias)), "dense")  # An array.
+    self.assertEqual(select_kernel(call(platform="cpu", bias=alibi.bias)), "dense")
     self.assertEqual(select_kernel(call(logits_fn=jnp.tanh)), "hooked")
-    self.assertEqual(select_kernel(call(platform="rocm")), "dense")
     self.assertEqual(select_kernel(call(platform="cpu", schedule="blockwise")), "blockwise")
 
   def test_auto_resolves_by_length_and_keeps_array_biases_dense(self):
