@@ -241,9 +241,9 @@ def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
                  rngs=nnx.Rngs(params=int(config.seed)))
 
 
-def load_model(result: FitResult, config: ml_collections.ConfigDict):
-  """The trained model of a :class:`FitResult`."""
-  model = build_model(config)
+def load_model(result: FitResult, config: ml_collections.ConfigDict, *, pe: Any = None):
+  """The trained model of a :class:`FitResult` (optionally rebuilt with another PE config)."""
+  model = build_model(config, pe=pe)
   load_params(model, pathlib.Path(result.run_dir) / PARAMS_FILE)
   return model
 
@@ -256,7 +256,7 @@ def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitR
     stored = json.loads(path.read_text())
   except json.JSONDecodeError:
     return None
-  if stored.get("key") != json.loads(json.dumps(key, default=str)):
+  if stored.get("key") != json.loads(json.dumps(dict(key), default=str)):
     return None
   r = stored["result"]
   return FitResult(run_dir=run_dir, steps=int(r["steps"]), steps_to_fit=r["steps_to_fit"],
@@ -284,46 +284,83 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
   Returns:
     The :class:`FitResult` (read from disk when this model was trained before).
   """
-  import jax  # pylint: disable=g-import-not-at-top
-  from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
-  from pejax.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
-  from pejax.train import train_step as train_step_lib  # pylint: disable=g-import-not-at-top
-
   lo, hi = int(train_sizes[0]), int(train_sizes[1])
   row_len = row_len_for(task, hi)
   key = run_key(config, recipe, task=task, train_sizes=(lo, hi), row_len=row_len,
                 randomized=randomized)
-  run_dir = run_dir_for(runs_dir, key, label=label)
-  done = _read_result(run_dir, key)
-  if done is not None:
-    return done
-  del data_lib
-  started = time.time()
-  model = build_model(config)
-  optim = config.optim.copy_and_resolve_references()
-  with optim.unlocked():
-    if recipe.decay == "constant":
-      optim.min_lr_ratio = 1.0
-  optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
-  step_fn = train_step_lib.make_train_step()
   seed = int(config.seed)
-  rng = np.random.default_rng([seed, 1])
   check = task_batch(task, np.random.default_rng([seed, 2]), batch_size=recipe.check_examples,
                      row_len=row_len, min_size=lo, max_size=hi, train_len=row_len,
                      max_position=randomized)
   batch_size = int(config.data.batch_size)
-  curve: List[tuple] = []
-  losses: List[Any] = []
-  steps_to_fit = None
-  best, best_step, acc = -1.0, 0, 0.0
-  step = 0
-  while step < recipe.max_steps:
+
+  def make_batch(rng: np.random.Generator, step: int) -> Dict[str, np.ndarray]:
     top = hi
     if recipe.curriculum_steps and step < recipe.curriculum_steps:
       top = lo + int(math.ceil((hi - lo) * (step + 1) / recipe.curriculum_steps))
     batch = task_batch(task, rng, batch_size=batch_size, row_len=row_len, min_size=lo,
                        max_size=max(lo, top), train_len=row_len, max_position=randomized)
     del batch["sizes"]
+    return batch
+
+  return train_until(config, recipe, key=key, runs_dir=runs_dir, label=label,
+                     make_batch=make_batch,
+                     check=lambda model: float(np.mean(exact_match(model, check))), log=log)
+
+
+def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mapping[str, Any],
+                runs_dir: os.PathLike | str, label: str,
+                make_batch: Callable[[np.random.Generator, int], Dict[str, np.ndarray]],
+                check: Callable[[Any], float], pe: Any = None,
+                init_from: Optional[os.PathLike | str] = None,
+                log: Callable[[str], None] = print) -> FitResult:
+  """The generic loop of :func:`train_to_fit`: any batches, any held-out check.
+
+  Args:
+    config: experiment config (model, optimizer, seed).
+    recipe: the :class:`Recipe` (its ``fit_threshold`` applies to ``check``).
+    key: everything that defines the model (hashed into the directory name; include what
+      ``make_batch`` and ``check`` depend on).
+    runs_dir: where the model directory goes.
+    label: readable prefix of the directory name.
+    make_batch: ``(rng, step) -> batch`` of ``inputs``, ``targets``, ``positions``,
+      ``loss_mask``.
+    check: ``model -> accuracy`` on held-out data, called every ``recipe.check_every`` steps.
+    pe: PE config(s) used instead of the config's (e.g. a RoPE scaling for a fine-tune).
+    init_from: a ``params.npz`` to start from (a fine-tune) instead of a fresh initialization.
+    log: progress lines.
+
+  Returns:
+    The :class:`FitResult` (read from disk when this model was trained before).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from pejax.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
+  from pejax.train import train_step as train_step_lib  # pylint: disable=g-import-not-at-top
+
+  key = {**key, "pe_override": repr(pe) if pe is not None else None,
+         "init_from": str(init_from) if init_from else None}
+  run_dir = run_dir_for(runs_dir, key, label=label)
+  done = _read_result(run_dir, key)
+  if done is not None:
+    return done
+  started = time.time()
+  model = build_model(config, pe=pe)
+  if init_from:
+    load_params(model, init_from)
+  optim = config.optim.copy_and_resolve_references()
+  with optim.unlocked():
+    if recipe.decay == "constant":
+      optim.min_lr_ratio = 1.0
+  optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
+  step_fn = train_step_lib.make_train_step()
+  rng = np.random.default_rng([int(config.seed), 1])
+  curve: List[tuple] = []
+  losses: List[Any] = []
+  steps_to_fit = None
+  best, best_step, acc = -1.0, 0, 0.0
+  step = 0
+  while step < recipe.max_steps:
+    batch = make_batch(rng, step)
     metrics = step_fn(model, optimizer, train_step_lib.model_inputs(batch))
     losses.append(metrics["loss"])
     step += 1
@@ -333,7 +370,7 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
       if not math.isfinite(loss):
         log(f"{label}: non-finite loss at step {step}; stopping")
         break
-      acc = float(np.mean(exact_match(model, check)))
+      acc = float(check(model))
       curve.append((step, acc, loss))
       if acc > best:
         best, best_step = acc, step
