@@ -507,9 +507,10 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
                  sizes_note: str = "") -> None:
   """Setup, fit and per-task sections (tables and accuracy-by-size plots) of a report."""
   lines = setup_lines(base, settings)
-  lines.append(f"- compute: {len(outcomes)} models, training time {training_minutes(outcomes):.1f}"
-               f" min summed over models on this machine ({sum(o.fit.reused for o in outcomes.values())}"
-               " reused from earlier runs; their time is their original training time)")
+  reused = sum(o.fit.reused for o in outcomes.values())
+  lines.append(f"- compute: {len(outcomes)} models, training time "
+               f"{training_minutes(outcomes):.1f} min summed over models on this machine "
+               f"({reused} reused from earlier runs; their time is their original training time)")
   if sizes_note:
     lines.append(sizes_note)
   report.section("Setup", "\n".join(lines))
