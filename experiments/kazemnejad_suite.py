@@ -45,7 +45,7 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
 
 
 def _spec(task: str, scale: int = 10) -> engine.TaskSpec:
-  m = TRAIN_MAX.get(task, scale) * scale // 10
+  m = TRAIN_MAX.get(task, 10) * scale // 10
   return engine.TaskSpec(task, m, tuple(range(1, 2 * m + 1)))
 
 

@@ -197,7 +197,8 @@ def run_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
   """Everything that defines a trained model (hashed into its directory name)."""
   identity = {k: config[k].to_dict() if hasattr(config[k], "to_dict") else config[k]
               for k in ("model", "pe", "optim", "seed")}
-  identity["data"] = {"batch_size": int(config.data.batch_size)}
+  identity["data"] = {"batch_size": int(config.data.batch_size),
+                      "train_len": int(config.data.train_len)}  # PE defaults may read it.
   return {"config": identity, "recipe": dataclasses.asdict(recipe), "task": task,
           "train_sizes": list(train_sizes), "row_len": int(row_len),
           "randomized": randomized, "version": VERSION}
