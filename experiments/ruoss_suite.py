@@ -45,7 +45,7 @@ QUICK_TEST_SIZES = (16, 24, 32, 48)
 
 
 def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
-  """A 2-layer d=64 decoder (lr 3e-3, warm-up 50, batch 32), with the user's overrides."""
+  """The length-generalization study's decoder, with the user's overrides."""
   from experiments import length_generalization  # pylint: disable=g-import-not-at-top
   return length_generalization.base_config(options)
 

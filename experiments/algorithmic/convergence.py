@@ -8,8 +8,7 @@ reports the steps it took (steps-to-fit) or how far it got (the best in-distribu
 and its step). The model at the stop is the one evaluated.
 
 Recipe (the knobs tuned so that every PE fits): AdamW with linear warm-up, then a cosine decay
-over the cap to ``optim.min_lr_ratio`` of the peak (the default: at a constant rate the tuning
-runs plateaued at 0.7-0.8 exact match), or a constant rate; an optional curriculum over lengths (the largest training size grows linearly from the
+over the cap to ``optim.min_lr_ratio`` of the peak (the default), or a constant rate; an optional curriculum over lengths (the largest training size grows linearly from the
 smallest to the largest over the first ``curriculum_steps`` steps, as in the curricula Ruoss et
 al. 2023 and Kazemnejad et al. 2023 discuss); model size and batch from the experiment config.
 
