@@ -63,7 +63,7 @@ def _spec(task: str, train_max: int, tests: tuple) -> engine.TaskSpec:
 
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
-  """Quick: flip-flop and counting at small sizes, RoPE vs CoPE, 1 seed, cap 800. Full: the 4
+  """Quick: flip-flop and counting at small sizes, RoPE vs CoPE, 1 seed, cap 1000. Full: the 4
   tasks, every PE (no randomized variants), 3 seeds, cap 6000."""
   runnable = study_report.runnable_pes(config)
   if options.quick:
@@ -71,7 +71,7 @@ def settings_for(options: study_report.StudyOptions,
         tasks=tuple(_spec(t, m, s) for t, (m, s) in QUICK_TASKS.items()),
         variants=tuple(v for v in ("rope", "cope") if v in runnable),
         seeds=tuple(options.seed_list((0,))),
-        recipe=convergence.Recipe(max_steps=options.steps or 800), examples=16)
+        recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
   return engine.Settings(
       tasks=tuple(_spec(t, m, s) for t, (m, s) in TASKS.items()), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),

@@ -51,7 +51,7 @@ def _spec(task: str, scale: int = 10) -> engine.TaskSpec:
 
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
-  """Quick: copy and parity at half size, NoPE / RoPE / sinusoidal, 1 seed, cap 800.
+  """Quick: copy and parity at half size, NoPE / RoPE / sinusoidal, 1 seed, cap 1000.
   Full: the 6 tasks, every PE, 3 seeds, cap 6000."""
   runnable = study_report.runnable_pes(config)
   if options.quick:
@@ -59,7 +59,7 @@ def settings_for(options: study_report.StudyOptions,
         tasks=(_spec("copy", 6), _spec("parity", 6)),
         variants=tuple(v for v in ("none", "rope", "sinusoidal") if v in runnable),
         seeds=tuple(options.seed_list((0,))),
-        recipe=convergence.Recipe(max_steps=options.steps or 800), examples=16)
+        recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
   return engine.Settings(
       tasks=tuple(_spec(t) for t in TASKS), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),

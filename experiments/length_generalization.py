@@ -38,13 +38,14 @@ from pejax import runtime_env
 STUDY = "length_generalization"
 TASKS = ("copy", "reverse")
 TRAIN_MAX = 8  # Largest training string size.
+QUICK_TRAIN_MAX = 6
 TEST_MULTIPLE = 4  # Sizes are tested up to TEST_MULTIPLE * TRAIN_MAX.
 parse_variant = engine.parse_variant
 
 
 def recipe_for(options: study_report.StudyOptions) -> convergence.Recipe:
-  """Full: cap 4000 steps (``--steps`` changes the cap); quick: cap 600."""
-  return convergence.Recipe(max_steps=options.steps or (600 if options.quick else 4000),
+  """Full: cap 4000 steps (``--steps`` changes the cap); quick: cap 1000."""
+  return convergence.Recipe(max_steps=options.steps or (1000 if options.quick else 4000),
                             check_every=100)
 
 
@@ -94,9 +95,10 @@ def task_specs(tasks=TASKS, train_max: int = TRAIN_MAX) -> tuple:
 
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
-  """Quick: copy, 4 variants, 1 seed, cap 600. Full: both tasks, every variant, 3 seeds."""
+  """Quick: copy (sizes <= 6), 4 variants, 1 seed, cap 1000. Full: both tasks, every variant, 3 seeds."""
   if options.quick:
-    return engine.Settings(tasks=task_specs(("copy",)), variants=quick_variants(config),
+    return engine.Settings(tasks=task_specs(("copy",), QUICK_TRAIN_MAX),
+                           variants=quick_variants(config),
                            seeds=tuple(options.seed_list((0,))), recipe=recipe_for(options),
                            examples=16)
   return engine.Settings(tasks=task_specs(), variants=engine.all_variants(config),

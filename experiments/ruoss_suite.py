@@ -40,8 +40,8 @@ TASKS = ("reverse_string", "duplicate_string", "missing_duplicate", "odds_first"
 QUICK_TASKS = ("reverse_string", "parity")
 TRAIN_MAX = 40
 TEST_SIZES = (50, 60, 80, 100, 150, 200, 300, 400, 500)
-QUICK_TRAIN_MAX = 12
-QUICK_TEST_SIZES = (16, 24, 32, 48)
+QUICK_TRAIN_MAX = 8
+QUICK_TEST_SIZES = (12, 16, 24, 32)
 
 
 def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
@@ -59,7 +59,7 @@ def _spec(task: str, train_max: int, test_sizes: tuple) -> engine.TaskSpec:
 
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
-  """Quick: 2 tasks, rope with and without randomized positions, 1 seed, sizes to 48, cap 800.
+  """Quick: 2 tasks, rope with and without randomized positions, 1 seed, sizes to 32, cap 1000.
   Full: 9 tasks, every PE with and without, 3 seeds, train <= 40, test to 500, cap 6000."""
   if options.quick:
     variants = tuple(v for v in ("rope", "rope" + engine.RANDOMIZED)
@@ -67,7 +67,7 @@ def settings_for(options: study_report.StudyOptions,
     return engine.Settings(
         tasks=tuple(_spec(t, QUICK_TRAIN_MAX, QUICK_TEST_SIZES) for t in QUICK_TASKS),
         variants=variants, seeds=tuple(options.seed_list((0,))),
-        recipe=convergence.Recipe(max_steps=options.steps or 800), examples=16)
+        recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
   return engine.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
       variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
