@@ -25,7 +25,7 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import ml_collections
@@ -147,6 +147,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   Returns:
     The results dict written to ``results.json``.
   """
+  started = time.time()
   base = base_config(options)
   settings = settings or settings_for(options, base)
   runs_dir = options.models_dir(STUDY)
@@ -159,6 +160,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   summary = engine.summaries(settings, outcomes)
   report = engine.report_for("Length generalization on copy and reverse", study=STUDY,
                              options=options, settings=settings)
+  report.started = started  # The header's wall time covers the training.
   for v in verdicts(summary, settings):
     report.add_verdict(v)
   engine.write_common(report, base, settings, outcomes, summary, workdir)

@@ -628,6 +628,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   Returns:
     The results written to ``results.json``.
   """
+  started = time.time()
   runs_dir = options.models_dir(study)
   workdir = options.report_dir(study)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -637,6 +638,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   outcomes = run_models(base, settings, runs_dir=runs_dir, log=log)
   summary = summaries(settings, outcomes)
   report = report_for(title, study=study, options=options, settings=settings)
+  report.started = started  # The header's wall time covers the training.
   for v in verdicts(summary, settings, outcomes):
     report.add_verdict(v)
   board = leaderboard_entry(settings, outcomes)
