@@ -129,7 +129,8 @@ def extra(report: study_report.Report, summary, settings: engine.Settings,
   ranks_all = mrr(settings, outcomes, [v for v in settings.variants
                                        if not engine.parse_variant(v)[1]])
   report.section("Mean reciprocal rank", "Ranks per task by OOD exact match (unfit seeds "
-                 "count 0), MRR per seed, median [min-max] over seeds.")
+                 "count 0; ties share the better rank, so a task where every PE scores 0 gives "
+                 "each rank 1), MRR per seed, median [min-max] over seeds.")
   if five:
     report.table(["PE", "MRR (measured, among the five)", "MRR (published)"],
                  [[v, engine.cell(ranks5[v], 2), f"{PUBLISHED_MRR[v]:.2f}"] for v in
