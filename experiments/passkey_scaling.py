@@ -409,7 +409,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   report.section("Setup", "\n".join([
       f"- model: RoPE decoder, {base.model.num_layers} layers, d_model {base.model.d_model}, "
       f"{base.model.num_heads} heads; AdamW lr {base.optim.learning_rate:g}, warm-up "
-      f"{base.optim.warmup_steps}, constant rate, batch {base.data.batch_size} rows of L = {L}",
+      f"{base.optim.warmup_steps}, "
+      f"{'constant rate' if settings.recipe.decay == 'constant' else 'cosine decay over the cap'}"
+      f", batch {base.data.batch_size} rows of L = {L}",
       f"- training: {settings.passkey_fraction:.0%} haystack passkey rows (key sentence at a "
       "random depth of a random chunk of stdlib text; only the key scored), the rest language "
       f"modelling; until held-out passkey accuracy at L >= {RETRIEVES_AT_L} (checked every "

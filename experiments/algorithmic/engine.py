@@ -491,9 +491,11 @@ def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str
       "seeds, OOD over the seeds that fit",
       f"- test: {settings.examples} examples per size, exact match of the whole answer "
       "(teacher forcing, equal to greedy decoding)",
-      f"- randomized positions (Ruoss et al. 2023): sorted samples of [0, "
-      f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
-      f"table (learned positions) has {settings.position_range} rows",
+      (f"- randomized positions (Ruoss et al. 2023): sorted samples of [0, "
+       f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
+       f"table (learned positions) has {settings.position_range} rows"
+       if any(parse_variant(v)[1] for v in settings.variants) else
+       f"- a bounded table (learned positions) has {settings.position_range} rows"),
       f"- verdicts: a claim holds only when every seed of the expected winner is above every "
       f"seed of the expected loser (min-max ranges do not overlap) and the medians differ by "
       f">= {MARGIN:g}; with one seed it is indicative only",
