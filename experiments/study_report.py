@@ -591,6 +591,9 @@ class Report:
     self.verdicts: List[Verdict] = []
     self.images: List[str] = []
     self.runs: List[RunInfo] = []
+    # Non-empty (e.g. "1 seed, 800 steps"): verdicts are printed as indicative, never as a bold
+    # held / did not hold. Quick mode is always indicative.
+    self.indicative = "quick mode" if options.quick else ""
 
   def add_runs(self, runs: Sequence[RunInfo]) -> None:
     """Records the trained models (their training time goes into the header)."""
@@ -617,8 +620,14 @@ class Report:
     self.verdicts.append(v)
     return v
 
+  def status_text(self, v: Verdict) -> str:
+    """The verdict cell: bold status, or ``indicative (...): status`` for quick / 1-seed runs."""
+    if self.indicative:
+      return f"indicative ({self.indicative}): {v.status}"
+    return f"**{v.status}**"
+
   def verdict_section(self) -> str:
-    rows = [[v.expectation, v.criterion, v.measured, f"**{v.status}**"] for v in self.verdicts]
+    rows = [[v.expectation, v.criterion, v.measured, self.status_text(v)] for v in self.verdicts]
     lines = ["## Expectation vs measured", "",
              markdown_table(["published expectation", "criterion", "measured", "verdict"], rows,
                             align="llll")]
@@ -630,7 +639,12 @@ class Report:
     if notes:
       lines += ["", "Notes:", ""] + notes
     held = sum(v.held is True for v in self.verdicts)
-    lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
+    if self.indicative:
+      lines += ["", f"Indicative only ({self.indicative}): {held} of {len(self.verdicts)} "
+                "expectations pointed the expected way; the full run (3 seeds, to convergence) "
+                "decides."]
+    else:
+      lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
     return "\n".join(lines) + "\n"
 
   def markdown(self) -> str:
@@ -662,6 +676,7 @@ class Report:
                "command": self.options.command_line(), "machine": machine(),
                "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
                "wall_time_s": time.time() - self.started,
+               "indicative": self.indicative,
                "verdicts": [v.to_json() for v in self.verdicts], "results": results}
     (workdir / "results.json").write_text(json.dumps(_json_safe(payload), indent=1) + "\n")
     return path
@@ -691,5 +706,6 @@ def write_report(report: "Report", workdir, results: dict, *, study: str,
   path = report.write(workdir, results)
   log(f"{study}: wrote {path}")
   for v in report.verdicts:
-    log(f"  [{v.status}] {v.expectation}: {v.measured}")
+    status = f"indicative: {v.status}" if report.indicative else v.status
+    log(f"  [{status}] {v.expectation}: {v.measured}")
   return results

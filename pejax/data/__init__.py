@@ -5,7 +5,9 @@
 
 * `load_corpus(name)`: "stdlib" (the Python standard library's `.py` sources, split by file) or
   any UTF-8 text file / directory.
-* Synthetic length-generalization tasks: copy, reverse, passkey retrieval, addition.
+* Synthetic length-generalization tasks: copy, reverse, passkey retrieval, addition, the
+  Ruoss et al. and Kazemnejad et al. suites, flip-flop, multi-query associative recall,
+  selective copy, counting (`TASK_NAMES`; see `pejax.data.synthetic`).
 * `make_train_iterator(config)`: checkpointable batch iterators (`get_state` / `set_state`).
 * `nonoverlapping_windows`, `sliding_windows`: the ALiBi paper's evaluation protocols.
 """

@@ -3,7 +3,8 @@
 A data name is resolved in this order:
 
 1. a built-in corpus (`BUILTIN_CORPORA`: "stdlib", the Python standard library sources);
-2. a synthetic task (`TASK_NAMES`: copy, reverse, passkey, addition);
+2. a synthetic task (`TASK_NAMES`: copy, reverse, passkey, addition and the task suites of
+   `pejax.data.synthetic`);
 3. an existing file or directory of UTF-8 text (`~` expanded). A path that collides with a
    built-in name can be written `./copy`.
 

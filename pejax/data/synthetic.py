@@ -9,6 +9,13 @@ Tasks (`TASK_NAMES`) and the meaning of their integer *size*:
   addition  digits per operand n text <= `3 n + 4` bytes     options: reverse_digits
   passkey   total text bytes     text = size bytes           options: depth, num_digits
 
+plus the suites of `pejax.data.ruoss_tasks` (Delétang et al. / Ruoss et al.: reverse_string,
+duplicate_string, missing_duplicate, odds_first, binary_addition, bucket_sort, parity,
+cycle_navigation, stack_manipulation), `pejax.data.nope_tasks` (Kazemnejad et al.: sort_digits,
+sum_digits), `pejax.data.flip_flop` (flip_flop), `pejax.data.associative_recall` (mqar) and
+`pejax.data.cope_tasks` (selective_copy, count_symbol); their size is the input length (the
+number of instructions for flip_flop, of key-value pairs for mqar), see each module.
+
 A batch draws B sizes uniformly from `[min_size, max_size]` and one example per size, then encodes
 them as right-padded rows of length L (`pejax.data.synthetic_example.encode_examples`: the loss
 mask covers only the answer bytes). Train with sizes up to `max_size_for(task, train_len)` and
@@ -24,9 +31,14 @@ from typing import Any, Callable
 import numpy as np
 
 from pejax.data import addition
+from pejax.data import associative_recall
 from pejax.data import batch_iterator
+from pejax.data import cope_tasks
 from pejax.data import copy_reverse
+from pejax.data import flip_flop
+from pejax.data import nope_tasks
 from pejax.data import passkey
+from pejax.data import ruoss_tasks
 from pejax.data import synthetic_example
 from pejax.encodings import arg_checks
 
@@ -38,7 +50,9 @@ class SyntheticTask:
   Attributes:
     name: Registry name.
     generate: `generate(rng, size, **options) -> SyntheticExample`.
-    solve: `solve(prompt, **options) -> answer bytes`, the reference solver (prompt alone).
+    solve: `solve(prompt, **options) -> answer bytes`, the reference solver (prompt alone). For
+      a task whose answer interleaves given and scored bytes (an example with `scored`), the
+      solver receives the whole text and returns the scored bytes.
     size_range: `size_range(seq_len, **options) -> (min_size, max_size)`: the smallest size and
       the largest one whose text fits a row of length `seq_len`.
     option_names: Keyword options `generate` and `solve` accept.
@@ -91,6 +105,27 @@ TASKS: dict[str, SyntheticTask] = {
             prompt, reverse_digits=reverse_digits),
         size_range=_addition_range, option_names=("reverse_digits",)),
 }
+
+
+def _linear_range(smallest: int, a: float, b: int) -> Callable[..., tuple[int, int]]:
+  """Size range of a task whose text has at most `a n + b` bytes."""
+  return lambda seq_len, **_: (smallest, int((seq_len + 1 - b) // a))
+
+
+def _register_suite(generators: dict[str, Any], solver: Callable[[str, bytes], bytes]) -> None:
+  for name, (generate, smallest, (a, b)) in generators.items():
+    TASKS[name] = SyntheticTask(
+        name=name, generate=lambda rng, size, g=generate, **o: g(rng, length=size, **o),
+        solve=lambda prompt, n=name, **_: solver(n, prompt),
+        size_range=_linear_range(smallest, a, b), option_names=())
+
+
+_register_suite(ruoss_tasks.TASKS, ruoss_tasks.solve)
+_register_suite(nope_tasks.TASKS, nope_tasks.solve)
+_register_suite(flip_flop.TASKS, lambda _, text: flip_flop.solve(text))
+_register_suite(associative_recall.TASKS, lambda _, text: associative_recall.solve(text))
+_register_suite(cope_tasks.TASKS, cope_tasks.solve)
+TASKS["flip_flop"] = dataclasses.replace(TASKS["flip_flop"], option_names=("ignore_prob",))
 TASK_NAMES = tuple(TASKS)
 
 

@@ -34,11 +34,20 @@ class SyntheticExample:
     answer: Bytes the model must predict (the only scored targets).
     suffix: Bytes after the answer (end marker); not scored.
     info: Generator facts for tests and analysis (the operands, the key, its depth, ...).
+    scored: Which answer bytes are scored (one bool per answer byte); `None` scores all. Tasks
+      whose answer interleaves given bytes with predicted ones (multi-query recall, flip-flop
+      reads) feed the whole answer under teacher forcing and score only the predicted bytes.
   """
   prompt: bytes
   answer: bytes
   suffix: bytes = b""
   info: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+  scored: tuple[bool, ...] | None = None
+
+  def __post_init__(self):
+    if self.scored is not None and len(self.scored) != len(self.answer):
+      raise ValueError(f"scored must have one entry per answer byte ({len(self.answer)}), got "
+                       f"{len(self.scored)}")
 
   @property
   def text(self) -> bytes:
@@ -58,7 +67,8 @@ def encode_examples(examples: Sequence[SyntheticExample], *, seq_len: int,
   Returns:
     `{"inputs", "targets", "positions"}` int32 `[B, L]` and `"loss_mask"` float32 `[B, L]`, where
     `inputs[b, j] = text[j]`, `targets[b, j] = text[j + 1]` (pad beyond the text) and
-    `loss_mask[b, j] = 1` iff `len(prompt) <= j + 1 < len(prompt) + len(answer)`.
+    `loss_mask[b, j] = 1` iff `len(prompt) <= j + 1 < len(prompt) + len(answer)` (and, when
+    `scored` is given, that answer byte is scored).
 
   Raises:
     ValueError: if an example does not fit `seq_len` (naming its index and length) or has an empty
@@ -82,7 +92,8 @@ def encode_examples(examples: Sequence[SyntheticExample], *, seq_len: int,
       raise ValueError(f"example {b} has an empty prompt; the first byte is never a target")
     tokens[b, :len(text)] = np.frombuffer(text, dtype=np.uint8)
     start = len(example.prompt) - 1  # Row index whose target is the first answer byte.
-    loss_mask[b, start:start + len(example.answer)] = 1.0
+    loss_mask[b, start:start + len(example.answer)] = (
+        1.0 if example.scored is None else np.asarray(example.scored, dtype=np.float32))
   positions = np.broadcast_to(np.arange(seq_len, dtype=np.int32)[None, :], loss_mask.shape)
   return {
       "inputs": np.ascontiguousarray(tokens[:, :-1]),

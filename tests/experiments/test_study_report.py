@@ -74,6 +74,15 @@ class VerdictTest(absltest.TestCase):
 
 class ReportTest(absltest.TestCase):
 
+  def test_full_mode_prints_bold_verdicts_and_one_seed_is_indicative(self):
+    report = study_report.Report("A study", study="x", options=study_report.StudyOptions())
+    report.add_verdict(study_report.verdict("e", "c", "m", lambda: True))
+    self.assertIn("**held**", report.verdict_section())
+    self.assertIn("1 of 1 expectations held", report.verdict_section())
+    report.indicative = "1 seed, at most 800 steps"
+    self.assertIn("indicative (1 seed, at most 800 steps): held", report.verdict_section())
+    self.assertNotIn("**held**", report.verdict_section())
+
   def test_report_writes_markdown_json_and_png(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
     options = study_report.StudyOptions(quick=True, command="python -m experiments.x --quick")
@@ -90,9 +99,11 @@ class ReportTest(absltest.TestCase):
     self.assertIn("# A study", text)
     self.assertIn("`python -m experiments.x --quick`", text)
     self.assertIn("## Expectation vs measured", text)
-    self.assertIn("**held**", text)
-    self.assertIn("**did not hold**", text)
-    self.assertIn("1 of 2 expectations held", text)
+    # Quick mode never prints a bold verdict: it is labelled indicative.
+    self.assertNotIn("**held**", text)
+    self.assertIn("indicative (quick mode): held", text)
+    self.assertIn("indicative (quick mode): did not hold", text)
+    self.assertIn("Indicative only (quick mode): 1 of 2 expectations pointed", text)
     self.assertIn("![a curve](curve.png)", text)
     self.assertEqual((workdir / "curve.png").read_bytes()[:4], b"\x89PNG")
     payload = json.loads((workdir / "results.json").read_text())

@@ -1,0 +1,404 @@
+"""Training a synthetic-task model to convergence: until it fits in-distribution, or a step cap.
+
+A study that compares out-of-distribution (OOD) accuracy is only meaningful between models that
+learned the task at the training lengths. :func:`train_to_fit` therefore trains until the
+exact-match accuracy on a held-out in-distribution set (fresh examples of the training sizes,
+scored every ``check_every`` steps) reaches ``fit_threshold``, or ``max_steps`` is reached; it
+reports the steps it took (steps-to-fit) or how far it got (the best in-distribution accuracy
+and its step). The model at the stop is the one evaluated.
+
+Recipe (the knobs tuned so that every PE fits): AdamW with linear warm-up, then a cosine decay
+over the cap to ``optim.min_lr_ratio`` of the peak (the default), or a constant rate; an optional curriculum over lengths (the largest training size grows linearly from the
+smallest to the largest over the first ``curriculum_steps`` steps, as in the curricula Ruoss et
+al. 2023 and Kazemnejad et al. 2023 discuss); model size and batch from the experiment config.
+
+Resumability: each trained model is a directory ``<runs_dir>/<task>-<variant>-s<seed>-<hash>``
+(the hash covers every setting that defines the model: experiment config, recipe, training
+sizes, randomized positions), holding ``fit.json`` (the outcome) and ``params.npz`` (the
+weights). A finished directory is reused as is; a study killed half-way restarts at the first
+model without ``fit.json``.
+
+References:
+  Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",
+  ACL 2023, arXiv:2305.16843. Kazemnejad et al., "The Impact of Positional Encoding on Length
+  Generalization in Transformers", NeurIPS 2023, arXiv:2305.19466.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import ml_collections
+import numpy as np
+
+FIT_THRESHOLD = 0.99  # Held-out in-distribution exact match that counts as "fit".
+RESULT_FILE = "fit.json"
+PARAMS_FILE = "params.npz"
+VERSION = 1  # Bump when the training procedure changes what a cached result means.
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """How long and how a model is trained (the experiment config holds model and optimizer).
+
+  Attributes:
+    fit_threshold: held-out in-distribution exact match that stops training.
+    check_every: steps between in-distribution checks.
+    max_steps: step cap.
+    check_examples: held-out examples per check (sizes uniform over the training sizes).
+    curriculum_steps: steps over which the largest training size grows from the smallest to
+      the largest (0: all sizes from the start).
+    decay: ``"constant"`` (warm-up then a constant rate) or ``"cosine"`` (decay over
+      ``max_steps`` to ``optim.min_lr_ratio`` of the peak).
+  """
+
+  fit_threshold: float = FIT_THRESHOLD
+  check_every: int = 100
+  max_steps: int = 3000
+  check_examples: int = 256
+  curriculum_steps: int = 0
+  decay: str = "cosine"
+
+  def __post_init__(self):
+    if not 0.0 < self.fit_threshold <= 1.0:
+      raise ValueError(f"fit_threshold must be in (0, 1], got {self.fit_threshold}")
+    for name in ("check_every", "max_steps", "check_examples"):
+      if int(getattr(self, name)) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.curriculum_steps < 0:
+      raise ValueError(f"curriculum_steps must be >= 0, got {self.curriculum_steps}")
+    if self.decay not in ("constant", "cosine"):
+      raise ValueError(f"decay must be 'constant' or 'cosine', got {self.decay!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+  """The outcome of :func:`train_to_fit`.
+
+  Attributes:
+    run_dir: the model's directory.
+    steps: steps trained (the stop).
+    steps_to_fit: the first checked step whose held-out accuracy reached the threshold, or
+      ``None`` when the cap came first.
+    in_dist: held-out in-distribution exact match at the stop.
+    best_in_dist: the best checked value, and ``best_step`` its step.
+    best_step: see ``best_in_dist``.
+    curve: ``[(step, in-distribution accuracy, mean train loss since the previous check)]``.
+    train_seconds: training wall time (checks included, compilation included).
+    reused: whether the result was read from disk.
+  """
+
+  run_dir: pathlib.Path
+  steps: int
+  steps_to_fit: Optional[int]
+  in_dist: float
+  best_in_dist: float
+  best_step: int
+  curve: tuple
+  train_seconds: float
+  reused: bool = False
+
+  @property
+  def fit(self) -> bool:
+    return self.steps_to_fit is not None
+
+  def to_json(self) -> Dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["run_dir"] = str(self.run_dir)
+    out["curve"] = [list(c) for c in self.curve]
+    return out
+
+
+def sampled_positions(rng: np.random.Generator, lengths: Sequence[int], *, row_len: int,
+                      train_len: int, max_position: Optional[int]) -> np.ndarray:
+  """Positions ``[B, row_len]`` for examples of ``lengths`` tokens (B = ``len(lengths)``).
+
+  ``max_position=None`` gives ``0 .. row_len - 1``. Otherwise example ``b`` of ``k`` tokens gets
+  the first ``k`` of ``max(k, train_len)`` sorted distinct samples of ``[0, max_position)``
+  (Ruoss et al. 2023: training rows of ``train_len`` tokens use ``train_len`` samples; a longer
+  test example uses as many as it has tokens); the padding after it repeats the last position
+  (it never influences the scored tokens under causal attention).
+
+  Args:
+    rng: the generator.
+    lengths: tokens of each example's text.
+    row_len: row length.
+    train_len: training row length.
+    max_position: range of the sampled positions, or ``None``.
+
+  Returns:
+    int32 positions.
+
+  Raises:
+    ValueError: if ``max_position`` is smaller than a sample needs.
+  """
+  out = np.tile(np.arange(row_len, dtype=np.int32), (len(lengths), 1))
+  if max_position is None:
+    return out
+  for b, k in enumerate(lengths):
+    k = min(int(k), row_len)
+    need = max(k, train_len)
+    if need > max_position:
+      raise ValueError(f"max_position must be >= {need} to sample {need} positions, got "
+                       f"{max_position}")
+    drawn = np.sort(rng.choice(max_position, size=need, replace=False))[:k]
+    out[b, :k] = drawn
+    out[b, k:] = drawn[-1]
+  return out
+
+
+def task_batch(task: str, rng: np.random.Generator, *, batch_size: int, row_len: int,
+               min_size: int, max_size: int, train_len: int, max_position: Optional[int],
+               sizes: Optional[Sequence[int]] = None) -> Dict[str, np.ndarray]:
+  """A batch of ``task`` (sizes uniform in ``[min_size, max_size]``, or exactly ``sizes``).
+
+  Returns:
+    The arrays of :func:`pejax.data.synthetic_example.encode_examples` with ``positions``
+    from :func:`sampled_positions`, plus int32 ``sizes`` ``[B]``.
+  """
+  from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from pejax.data import synthetic_example  # pylint: disable=g-import-not-at-top
+  if sizes is None:
+    sizes = rng.integers(min_size, max_size + 1, size=batch_size)
+  spec = data_lib.synthetic.get_task(task)
+  examples = [spec.generate(rng, int(s)) for s in sizes]
+  batch = synthetic_example.encode_examples(examples, seq_len=row_len)
+  batch["positions"] = sampled_positions(rng, [len(e.text) - 1 for e in examples],
+                                         row_len=row_len, train_len=train_len,
+                                         max_position=max_position)
+  batch["sizes"] = np.asarray(sizes, dtype=np.int32)
+  return batch
+
+
+def exact_match(model, batch: Mapping[str, np.ndarray], *, chunk: int = 256) -> np.ndarray:
+  """bool ``[B]``: every answer byte of the row is the argmax (teacher forcing = greedy)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  out = []
+  n = len(batch["inputs"])
+  for start in range(0, n, chunk):
+    part = {k: jnp.asarray(batch[k][start:start + chunk])
+            for k in ("inputs", "targets", "positions", "loss_mask")}
+    out.append(np.asarray(eval_lib.answer_exact_match(
+        model, part["inputs"], part["targets"], part["positions"], part["loss_mask"])))
+  return np.concatenate(out)
+
+
+def run_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
+            train_sizes: tuple, row_len: int, randomized: Optional[int]) -> Dict[str, Any]:
+  """Everything that defines a trained model (hashed into its directory name)."""
+  identity = {k: config[k].to_dict() if hasattr(config[k], "to_dict") else config[k]
+              for k in ("model", "pe", "optim", "seed")}
+  identity["data"] = {"batch_size": int(config.data.batch_size),
+                      "train_len": int(config.data.train_len)}  # PE defaults may read it.
+  return {"config": identity, "recipe": dataclasses.asdict(recipe), "task": task,
+          "train_sizes": list(train_sizes), "row_len": int(row_len),
+          "randomized": randomized, "version": VERSION}
+
+
+def run_dir_for(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str
+                ) -> pathlib.Path:
+  digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+  return pathlib.Path(runs_dir) / f"{label}-{digest}"
+
+
+def _save_params(model, path: pathlib.Path) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+  tmp = path.with_name(path.name + ".tmp.npz")
+  np.savez(tmp, *[np.asarray(x) for x in leaves])
+  os.replace(tmp, path)
+
+
+def load_params(model, path: os.PathLike | str) -> None:
+  """Writes the weights saved by :func:`train_to_fit` into ``model`` (same config)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  state = nnx.state(model, nnx.Param)
+  leaves, treedef = jax.tree.flatten(state)
+  with np.load(path) as stored:
+    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+  if len(saved) != len(leaves) or any(a.shape != b.shape for a, b in zip(saved, leaves)):
+    raise ValueError(f"{path} does not hold the weights of this model (shapes differ)")
+  nnx.update(model, jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved]))
+
+
+def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
+  """A fresh decoder of ``config`` (parameters from ``config.seed``)."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  return Decoder(experiment.decoder_config_from(config, pe=pe),
+                 rngs=nnx.Rngs(params=int(config.seed)))
+
+
+def load_model(result: FitResult, config: ml_collections.ConfigDict, *, pe: Any = None):
+  """The trained model of a :class:`FitResult` (optionally rebuilt with another PE config)."""
+  model = build_model(config, pe=pe)
+  load_params(model, pathlib.Path(result.run_dir) / PARAMS_FILE)
+  return model
+
+
+def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitResult]:
+  path = run_dir / RESULT_FILE
+  if not path.exists() or not (run_dir / PARAMS_FILE).exists():
+    return None
+  try:
+    stored = json.loads(path.read_text())
+  except json.JSONDecodeError:
+    return None
+  if stored.get("key") != json.loads(json.dumps(dict(key), default=str)):
+    return None
+  r = stored["result"]
+  return FitResult(run_dir=run_dir, steps=int(r["steps"]), steps_to_fit=r["steps_to_fit"],
+                   in_dist=float(r["in_dist"]), best_in_dist=float(r["best_in_dist"]),
+                   best_step=int(r["best_step"]), curve=tuple(tuple(c) for c in r["curve"]),
+                   train_seconds=float(r["train_seconds"]), reused=True)
+
+
+def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
+                 train_sizes: tuple, runs_dir: os.PathLike | str, label: str,
+                 randomized: Optional[int] = None,
+                 log: Callable[[str], None] = print) -> FitResult:
+  """Trains a decoder on ``task`` until held-out in-distribution exact match fits, or the cap.
+
+  Args:
+    config: experiment config (``model``, ``pe``, ``optim``, ``seed``, ``data.batch_size``).
+    recipe: the :class:`Recipe`.
+    task: a synthetic task name (``pejax.data.TASK_NAMES``).
+    train_sizes: ``(smallest, largest)`` training size.
+    runs_dir: where the model directory goes.
+    label: readable prefix of the directory name (e.g. ``reverse-rope-s0``).
+    randomized: range of randomized training positions (Ruoss et al. 2023), or ``None``.
+    log: progress lines.
+
+  Returns:
+    The :class:`FitResult` (read from disk when this model was trained before).
+  """
+  lo, hi = int(train_sizes[0]), int(train_sizes[1])
+  row_len = row_len_for(task, hi)
+  key = run_key(config, recipe, task=task, train_sizes=(lo, hi), row_len=row_len,
+                randomized=randomized)
+  seed = int(config.seed)
+  check = task_batch(task, np.random.default_rng([seed, 2]), batch_size=recipe.check_examples,
+                     row_len=row_len, min_size=lo, max_size=hi, train_len=row_len,
+                     max_position=randomized)
+  batch_size = int(config.data.batch_size)
+
+  def make_batch(rng: np.random.Generator, step: int) -> Dict[str, np.ndarray]:
+    top = hi
+    if recipe.curriculum_steps and step < recipe.curriculum_steps:
+      top = lo + int(math.ceil((hi - lo) * (step + 1) / recipe.curriculum_steps))
+    batch = task_batch(task, rng, batch_size=batch_size, row_len=row_len, min_size=lo,
+                       max_size=max(lo, top), train_len=row_len, max_position=randomized)
+    del batch["sizes"]
+    return batch
+
+  return train_until(config, recipe, key=key, runs_dir=runs_dir, label=label,
+                     make_batch=make_batch,
+                     check=lambda model: float(np.mean(exact_match(model, check))), log=log)
+
+
+def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mapping[str, Any],
+                runs_dir: os.PathLike | str, label: str,
+                make_batch: Callable[[np.random.Generator, int], Dict[str, np.ndarray]],
+                check: Callable[[Any], float], pe: Any = None,
+                init_from: Optional[os.PathLike | str] = None,
+                log: Callable[[str], None] = print) -> FitResult:
+  """The generic loop of :func:`train_to_fit`: any batches, any held-out check.
+
+  Args:
+    config: experiment config (model, optimizer, seed).
+    recipe: the :class:`Recipe` (its ``fit_threshold`` applies to ``check``).
+    key: everything that defines the model (hashed into the directory name; include what
+      ``make_batch`` and ``check`` depend on).
+    runs_dir: where the model directory goes.
+    label: readable prefix of the directory name.
+    make_batch: ``(rng, step) -> batch`` of ``inputs``, ``targets``, ``positions``,
+      ``loss_mask``.
+    check: ``model -> accuracy`` on held-out data, called every ``recipe.check_every`` steps.
+    pe: PE config(s) used instead of the config's (e.g. a RoPE scaling for a fine-tune).
+    init_from: a ``params.npz`` to start from (a fine-tune) instead of a fresh initialization.
+    log: progress lines.
+
+  Returns:
+    The :class:`FitResult` (read from disk when this model was trained before).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from pejax.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
+  from pejax.train import train_step as train_step_lib  # pylint: disable=g-import-not-at-top
+
+  key = {**key, "pe_override": repr(pe) if pe is not None else None,
+         "init_from": str(init_from) if init_from else None}
+  run_dir = run_dir_for(runs_dir, key, label=label)
+  done = _read_result(run_dir, key)
+  if done is not None:
+    return done
+  started = time.time()
+  model = build_model(config, pe=pe)
+  if init_from:
+    load_params(model, init_from)
+  optim = config.optim.copy_and_resolve_references()
+  with optim.unlocked():
+    if recipe.decay == "constant":
+      optim.min_lr_ratio = 1.0
+  optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
+  step_fn = train_step_lib.make_train_step()
+  rng = np.random.default_rng([int(config.seed), 1])
+  curve: List[tuple] = []
+  losses: List[Any] = []
+  steps_to_fit = None
+  best, best_step, acc = -1.0, 0, 0.0
+  step = 0
+  while step < recipe.max_steps:
+    batch = make_batch(rng, step)
+    metrics = step_fn(model, optimizer, train_step_lib.model_inputs(batch))
+    losses.append(metrics["loss"])
+    step += 1
+    if step % recipe.check_every == 0 or step == recipe.max_steps:
+      loss = float(np.mean(jax.device_get(losses)))
+      losses = []
+      if not math.isfinite(loss):
+        log(f"{label}: non-finite loss at step {step}; stopping")
+        break
+      acc = float(check(model))
+      curve.append((step, acc, loss))
+      if acc > best:
+        best, best_step = acc, step
+      if acc >= recipe.fit_threshold:
+        steps_to_fit = step
+        break
+  result = FitResult(run_dir=run_dir, steps=step, steps_to_fit=steps_to_fit, in_dist=acc,
+                     best_in_dist=max(best, 0.0), best_step=best_step, curve=tuple(curve),
+                     train_seconds=time.time() - started)
+  run_dir.mkdir(parents=True, exist_ok=True)
+  _save_params(model, run_dir / PARAMS_FILE)
+  payload = {"key": key, "result": result.to_json()}
+  tmp = run_dir / (RESULT_FILE + ".tmp")
+  tmp.write_text(json.dumps(payload, indent=1, default=str))
+  os.replace(tmp, run_dir / RESULT_FILE)
+  return result
+
+
+def row_len_for(task: str, size: int) -> int:
+  """The shortest row length whose examples of ``task`` include size ``size``."""
+  from pejax.data import synthetic  # pylint: disable=g-import-not-at-top
+  lo, hi = 1, 8
+  while synthetic.max_size_for(task, hi) < size:
+    lo, hi = hi, hi * 2
+  while lo < hi:
+    mid = (lo + hi) // 2
+    if synthetic.max_size_for(task, mid) >= size:
+      hi = mid
+    else:
+      lo = mid + 1
+  return hi

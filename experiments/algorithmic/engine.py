@@ -1,0 +1,662 @@
+"""The shared engine of the algorithmic length-generalization studies.
+
+A study is a :class:`Settings` (tasks with their training and test sizes, PE variants, seeds,
+a convergence :class:`~experiments.convergence.Recipe`) plus its published claims. For every
+(task, variant, seed) the engine
+
+1. trains a decoder until held-out in-distribution exact match reaches the fit threshold, or a
+   step cap (:func:`experiments.convergence.train_to_fit`; cached on disk, so a killed study
+   resumes at the next model);
+2. scores exact match for every test size (teacher forcing = greedy decoding of the answer), in
+   rows bucketed by length so that each model compiles a handful of shapes; cached beside the
+   model;
+3. summarizes over seeds (median [min-max]), the OOD accuracy counted only for seeds that fit.
+
+Verdicts (:func:`compare`) use the seed spread: a claim "A beats B" holds only when every seed
+of A is above every seed of B (the min-max ranges do not overlap) and the medians differ by at
+least a margin. With one seed (quick mode) the outcome is labelled indicative.
+
+Variants: a PE registry name, or ``<pe>+randomized`` (Ruoss et al. 2023: training positions are
+sorted samples of ``[0, max_position)``; at test time positions keep being sampled, the paper's
+protocol, and plain ``0..k-1`` positions are scored too). NoPE, which ignores positions, is not
+combined with randomization. A PE with a bounded table (learned absolute positions) gets
+``max_position`` rows so that long tests can run at all (rows past the training length are
+untrained unless positions are randomized).
+
+References:
+  Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",
+  ACL 2023, arXiv:2305.16843. Kazemnejad et al., "The Impact of Positional Encoding on Length
+  Generalization in Transformers", NeurIPS 2023, arXiv:2305.19466.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import ml_collections
+import numpy as np
+
+from experiments.algorithmic import convergence
+from experiments import study_report
+
+RANDOMIZED = "+randomized"
+MARGIN = 0.02  # Medians must differ by at least this much on top of separated seed ranges.
+ROW_BUCKETS = tuple(sorted({b * 2**k for b in (16, 24) for k in range(12)}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Settings and variants.
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """One task of a study.
+
+  Attributes:
+    name: synthetic task name (``pejax.data.TASK_NAMES``).
+    train_max: largest training size (the task's size unit, e.g. input length).
+    test_sizes: sizes scored after training (training sizes among them give the
+      in-distribution curve; larger ones are OOD).
+    train_min: smallest training size.
+  """
+
+  name: str
+  train_max: int
+  test_sizes: tuple
+  train_min: int = 1
+
+  def __post_init__(self):
+    if self.train_max < self.train_min:
+      raise ValueError(f"train_max must be >= train_min ({self.train_min}), got "
+                       f"{self.train_max}")
+    if not self.test_sizes:
+      raise ValueError(f"test_sizes of task {self.name!r} must not be empty")
+
+  @property
+  def ood_sizes(self) -> tuple:
+    return tuple(s for s in self.test_sizes if s > self.train_max)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The sweep of one run of a study.
+
+  Attributes:
+    tasks: the :class:`TaskSpec` s.
+    variants: variant labels.
+    seeds: seeds per (task, variant).
+    recipe: the convergence recipe.
+    examples: test examples per size.
+    max_position: range of randomized positions and rows of a bounded table; 0 means the
+      longest test row.
+  """
+
+  tasks: tuple
+  variants: tuple
+  seeds: tuple
+  recipe: convergence.Recipe
+  examples: int = 32
+  max_position: int = 0
+
+  @property
+  def position_range(self) -> int:
+    if self.max_position:
+      return int(self.max_position)
+    return max(test_row_len(t.name, max(t.test_sizes)) for t in self.tasks)
+
+
+def parse_variant(variant: str) -> tuple:
+  """``"rope+randomized"`` -> ``("rope", True)``; ``"alibi"`` -> ``("alibi", False)``."""
+  if variant.endswith(RANDOMIZED):
+    return variant[:-len(RANDOMIZED)], True
+  return variant, False
+
+
+def pe_class(name: str):
+  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
+  return registry.get_pe_class(name) if name in registry.pe_names() else None
+
+
+def uses_positions(name: str) -> bool:
+  """Whether the registered PE ``name`` overrides any hook (NoPE: none; unknown: True)."""
+  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+  cls = pe_class(name)
+  if cls is None:
+    return True
+  return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+             for hook in ("embed", "rotate", "bias", "content_bias", "logits"))
+
+
+def is_absolute(name: str) -> bool:
+  cls = pe_class(name)
+  return bool(cls is not None and cls.absolute)
+
+
+def is_content_aware(name: str) -> bool:
+  cls = pe_class(name)
+  return bool(cls is not None and cls.content_aware)
+
+
+def is_relative_bias(name: str) -> bool:
+  """A translation-invariant bias of positions only (T5, ALiBi, KERPLE, Sandwich)."""
+  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+  cls = pe_class(name)
+  return bool(cls is not None and cls.translation_invariant and not cls.content_aware
+              and cls.bias is not PositionalEncoding.bias
+              and cls.rotate is PositionalEncoding.rotate)
+
+
+def all_variants(base: ml_collections.ConfigDict, *, randomized: bool = True) -> tuple:
+  """Every registered PE that can serve ``base`` (by capability), and its randomized variant."""
+  names = study_report.runnable_pes(base)
+  if not randomized:
+    return names
+  return names + tuple(n + RANDOMIZED for n in names if uses_positions(n))
+
+
+def variant_config(base: ml_collections.ConfigDict, *, variant: str, seed: int,
+                   max_position: int) -> ml_collections.ConfigDict:
+  """``base`` with the variant's PE and the seed (a bounded table gets ``max_position`` rows)."""
+  pe, _ = parse_variant(variant)
+  config = base.copy_and_resolve_references()
+  with config.unlocked():
+    config.pe.name = pe
+    config.seed = int(seed)
+    config.data.train_len = max_position  # Learned tables default to data.train_len rows.
+    cls = pe_class(pe)
+    if (cls is not None and "max_position" in cls.config_class.field_types()
+        and study_report.pe_max_length(config) is not None):
+      config.pe.max_position = int(max_position)
+  return config
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation.
+
+
+def test_row_len(task: str, size: int) -> int:
+  """The bucketed row length that size ``size`` of ``task`` is scored in."""
+  need = convergence.row_len_for(task, size)
+  return next(b for b in ROW_BUCKETS if b >= need)
+
+
+def accuracy_by_size(model, spec: TaskSpec, *, examples: int, seed: int, train_len: int,
+                     max_position: Optional[int]) -> Dict[int, float]:
+  """Exact-match accuracy of ``model`` for every test size of ``spec``.
+
+  Args:
+    model: a trained decoder.
+    spec: the task.
+    examples: examples per size.
+    seed: data seed.
+    train_len: the training row length (randomized positions draw at least this many).
+    max_position: range of sampled positions, or ``None`` for ``0..k-1``.
+
+  Returns:
+    size -> fraction of exact matches.
+  """
+  rng = np.random.default_rng([seed, 3])
+  by_row: Dict[int, List[int]] = {}
+  for size in spec.test_sizes:
+    by_row.setdefault(test_row_len(spec.name, size), []).append(int(size))
+  out = {}
+  for row_len, sizes in sorted(by_row.items()):
+    chunk = max(1, 8192 // row_len)
+    for size in sizes:
+      batch = convergence.task_batch(spec.name, rng, batch_size=examples, row_len=row_len,
+                                     min_size=size, max_size=size, train_len=train_len,
+                                     max_position=max_position, sizes=[size] * examples)
+      out[size] = float(np.mean(convergence.exact_match(model, batch, chunk=chunk)))
+  return out
+
+
+def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, spec: TaskSpec,
+             settings: Settings, *, randomized: bool) -> Dict[str, Dict[str, float]]:
+  """Accuracy by size under each position protocol (cached in the model's directory)."""
+  train_len = convergence.row_len_for(spec.name, spec.train_max)
+  protocols = {"arange": None}
+  if randomized:
+    protocols = {"sampled": settings.position_range, "arange": None}
+  key = {"sizes": list(spec.test_sizes), "examples": settings.examples,
+         "protocols": protocols, "steps": result.steps, "version": 1}
+
+  def compute():
+    model = convergence.load_model(result, config)
+    return {name: {str(k): v for k, v in accuracy_by_size(
+        model, spec, examples=settings.examples, seed=int(config.seed) + 1000,
+        train_len=train_len, max_position=m).items()} for name, m in protocols.items()}
+
+  return study_report.cached(pathlib.Path(result.run_dir) / "eval.json", key, compute)
+
+
+def aggregate(acc: Mapping[Any, float], spec: TaskSpec) -> Dict[str, Optional[float]]:
+  """OOD mean and bands (sizes in multiples of the largest training size) of one seed."""
+  by_size = {int(k): float(v) for k, v in acc.items()}
+
+  def mean(pred):
+    values = [v for s, v in by_size.items() if pred(s)]
+    return float(np.mean(values)) if values else None
+
+  m = spec.train_max
+  return {"test_in_dist": mean(lambda s: s <= m), "ood": mean(lambda s: s > m),
+          "ood_2x": mean(lambda s: m < s <= 2 * m), "ood_far": mean(lambda s: s > 2 * m)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Seeds.
+
+
+def seed_spread(values: Sequence[Optional[float]]) -> Dict[str, Any]:
+  """min / median / max over the seeds that have a value (``values`` kept for the verdicts)."""
+  present = [float(v) for v in values if v is not None]
+  if not present:
+    return {"min": None, "median": None, "max": None, "n": 0, "values": []}
+  return {"min": min(present), "median": float(statistics.median(present)),
+          "max": max(present), "n": len(present), "values": present}
+
+
+def cell(spread: Mapping[str, Any], digits: int = 2) -> str:
+  """``median [min-max]``, the median alone for one seed, ``n/a`` for none."""
+  if not spread or spread.get("median") is None:
+    return "n/a"
+  if spread["n"] == 1:
+    return study_report.fmt(spread["median"], digits)
+  return (f"{study_report.fmt(spread['median'], digits)} "
+          f"[{study_report.fmt(spread['min'], digits)}-{study_report.fmt(spread['max'], digits)}]")
+
+
+def summarize_variant(seeds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+  """Spreads of one (task, variant) over its seed records (OOD keys over the fitting seeds).
+
+  Args:
+    seeds: per seed ``{"fit": bool, "in_dist", "steps", "steps_to_fit", "best_in_dist",
+      "ood", ...}``.
+  """
+  fitting = [s for s in seeds if s["fit"]]
+  out = {"fit": len(fitting), "seeds": len(seeds),
+         "in_dist": seed_spread([s["in_dist"] for s in seeds]),
+         "best_in_dist": seed_spread([s["best_in_dist"] for s in seeds]),
+         "steps": seed_spread([s["steps"] for s in seeds]),
+         "steps_to_fit": seed_spread([s["steps_to_fit"] for s in fitting])}
+  for key in ("ood", "ood_2x", "ood_far"):
+    out[key] = seed_spread([s.get(key) for s in fitting])
+  return out
+
+
+def comparable(entry: Optional[Mapping[str, Any]]) -> bool:
+  """Whether a majority of the seeds fit in-distribution (the variant enters the verdicts)."""
+  return entry is not None and 2 * entry["fit"] > entry["seeds"]
+
+
+def compare(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mapping[str, Any]],
+            *, margin: float = MARGIN) -> Optional[bool]:
+  """Whether every winner beats every loser beyond the seed spread.
+
+  Args:
+    winners: label -> spread (``seed_spread``) of the compared number, higher is better.
+    losers: the same for the expected losers.
+    margin: the least difference of medians.
+
+  Returns:
+    ``True`` when for each pair the winner's smallest seed value is above the loser's largest
+    and the medians differ by ``margin``; ``False`` otherwise; ``None`` when a side has no
+    value.
+  """
+  won = [s for s in winners.values() if s and s.get("median") is not None]
+  lost = [s for s in losers.values() if s and s.get("median") is not None]
+  if not won or not lost:
+    return None
+  for w in won:
+    for l in lost:
+      if w["n"] > 1 or l["n"] > 1:
+        if not w["min"] > l["max"]:
+          return False
+      if w["median"] < l["median"] + margin:
+        return False
+  return True
+
+
+def describe(spreads: Mapping[str, Mapping[str, Any]], digits: int = 3) -> str:
+  return ", ".join(f"{k} {cell(v, digits)}" for k, v in spreads.items())
+
+
+# ----------------------------------------------------------------------------------------------
+# Running.
+
+
+@dataclasses.dataclass
+class Outcome:
+  """One trained and evaluated model."""
+
+  task: str
+  variant: str
+  seed: int
+  fit: convergence.FitResult
+  evals: Dict[str, Dict[str, float]]
+  protocol: str
+  aggregate: Dict[str, Optional[float]]
+
+  def record(self) -> Dict[str, Any]:
+    return {"seed": self.seed, "fit": self.fit.fit, "in_dist": self.fit.in_dist,
+            "best_in_dist": self.fit.best_in_dist, "steps": self.fit.steps,
+            "steps_to_fit": self.fit.steps_to_fit, **self.aggregate}
+
+
+def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
+               runs_dir: pathlib.Path, log: Callable[[str], None] = print
+               ) -> Dict[tuple, Outcome]:
+  """Trains (or reuses) and evaluates every (task, variant, seed).
+
+  Args:
+    base: the study's base experiment config.
+    settings: the sweep.
+    runs_dir: where the trained models live.
+    log: one line per model.
+
+  Returns:
+    ``(task, variant, seed) -> Outcome``.
+  """
+  n = len(settings.tasks) * len(settings.variants) * len(settings.seeds)
+  started = time.time()
+  out = {}
+  done = 0
+  for seed in settings.seeds:  # Seed-major: a partial run has every variant at seed 0 first.
+    for spec in settings.tasks:
+      for variant in settings.variants:
+        pe, randomized = parse_variant(variant)
+        config = variant_config(base, variant=variant, seed=seed,
+                                max_position=settings.position_range)
+        fit = convergence.train_to_fit(
+            config, settings.recipe, task=spec.name, train_sizes=(spec.train_min,
+                                                                  spec.train_max),
+            runs_dir=runs_dir, label=f"{spec.name}-{variant.replace('+', '_')}-s{seed}",
+            randomized=settings.position_range if randomized else None, log=log)
+        evals = evaluate(fit, config, spec, settings, randomized=randomized)
+        protocol = "sampled" if "sampled" in evals else "arange"
+        agg = aggregate(evals[protocol], spec)
+        out[(spec.name, variant, seed)] = Outcome(spec.name, variant, seed, fit, evals,
+                                                  protocol, agg)
+        done += 1
+        how = "reused" if fit.reused else f"{fit.train_seconds:.0f}s"
+        status = (f"fit at step {fit.steps_to_fit}" if fit.fit else
+                  f"did not fit: best {fit.best_in_dist:.3f} at step {fit.best_step} of "
+                  f"{fit.steps}")
+        log(f"[{done}/{n}] {spec.name} {variant} seed {seed}: {status}, OOD "
+            f"{study_report.fmt(agg['ood'], 3)} ({how}, {(time.time() - started) / 60:.1f} "
+            "min so far)")
+        del pe
+  return out
+
+
+def summaries(settings: Settings, outcomes: Mapping[tuple, Outcome]) -> Dict[str, Any]:
+  """task -> variant -> :func:`summarize_variant` (plus ``"records"``: the per-seed records)."""
+  out: Dict[str, Any] = {}
+  for spec in settings.tasks:
+    out[spec.name] = {}
+    for variant in settings.variants:
+      records = [outcomes[(spec.name, variant, s)].record() for s in settings.seeds]
+      entry = summarize_variant(records)
+      entry["records"] = records
+      out[spec.name][variant] = entry
+  return out
+
+
+def suite_mean(settings: Settings, outcomes: Mapping[tuple, Outcome], variant: str
+               ) -> Dict[str, Any]:
+  """Spread over seeds of the mean OOD accuracy across the tasks (unfit seeds of a task count
+  as its accuracy: a model that did not learn the task is not rewarded for it)."""
+  per_seed = []
+  for seed in settings.seeds:
+    values = []
+    for spec in settings.tasks:
+      o = outcomes[(spec.name, variant, seed)]
+      values.append(o.aggregate["ood"] if o.aggregate["ood"] is not None else 0.0)
+    per_seed.append(float(np.mean(values)))
+  return seed_spread(per_seed)
+
+
+def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe) -> str:
+  """Which variants fit per task, and how far the others got."""
+  lines = []
+  for task, variants in summary.items():
+    ok = [f"{v} ({e['fit']}/{e['seeds']})" for v, e in variants.items() if comparable(e)]
+    bad = [f"{v} ({e['fit']}/{e['seeds']}, best {cell(e['best_in_dist'], 3)})"
+           for v, e in variants.items() if not comparable(e)]
+    lines.append(f"- {task}: fit (>= {recipe.fit_threshold:g} held-out in-distribution exact "
+                 f"match within {recipe.max_steps} steps) in a majority of seeds: "
+                 f"{', '.join(ok) or 'none'}; did not: {', '.join(bad) or 'none'}.")
+  return "\n".join(lines)
+
+
+def task_table(entries: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe
+               ) -> tuple:
+  """Header and rows of one task: fit, steps-to-fit per seed, OOD spreads."""
+  header = ["variant", "seeds fit", "steps to fit per seed (or best in-dist at the cap)",
+            "held-out in-dist", "OOD (all test sizes)", "OOD (1x, 2x]", "OOD > 2x"]
+  rows = []
+  for variant, e in entries.items():
+    per_seed = ", ".join(
+        str(r["steps_to_fit"]) if r["steps_to_fit"] is not None
+        else f"no ({study_report.fmt(r['best_in_dist'], 2)})" for r in e.get("records", []))
+    row = [variant, f"{e['fit']}/{e['seeds']}", per_seed or cell(e["steps_to_fit"], 0),
+           cell(e["in_dist"], 3)]
+    if e["fit"]:
+      row += [cell(e["ood"], 3), cell(e["ood_2x"], 3), cell(e["ood_far"], 3)]
+    else:
+      row += ["did not fit", "", ""]
+    rows.append(row)
+  return header, rows
+
+
+def curves(settings: Settings, outcomes: Mapping[tuple, Outcome], task: str
+           ) -> Dict[str, List[tuple]]:
+  """variant -> (size, median, min, max) over the fitting seeds (all seeds if none fit)."""
+  series = {}
+  for variant in settings.variants:
+    runs = [outcomes[(task, variant, s)] for s in settings.seeds]
+    chosen = [o for o in runs if o.fit.fit] or runs
+    k = sum(o.fit.fit for o in runs)
+    label = f"{variant} ({k}/{len(runs)} fit)" if k else f"{variant} (did not fit)"
+    points = []
+    for size in sorted(int(s) for s in chosen[0].evals[chosen[0].protocol]):
+      values = [o.evals[o.protocol][str(size)] for o in chosen]
+      points.append((size, float(np.median(values)), float(min(values)), float(max(values))))
+    series[label] = points
+  return series
+
+
+def quick_label(settings: Settings) -> str:
+  return (f"{len(settings.seeds)} seed{'s' if len(settings.seeds) > 1 else ''}, at most "
+          f"{settings.recipe.max_steps} steps")
+
+
+def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str]:
+  m, o, r = base.model, base.optim, settings.recipe
+  return [
+      f"- model: decoder, {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, "
+      f"{m.mlp} MLP, byte vocabulary",
+      f"- training to convergence: AdamW lr {o.learning_rate:g}, warm-up {o.warmup_steps}, "
+      f"{'constant rate' if r.decay == 'constant' else 'cosine decay over the cap'}, batch "
+      f"{base.data.batch_size}; a held-out set of {r.check_examples} in-distribution examples "
+      f"is scored every {r.check_every} steps and training stops at exact match >= "
+      f"{r.fit_threshold:g} (steps-to-fit) or at {r.max_steps} steps"
+      + (f"; curriculum: the largest training size grows over the first {r.curriculum_steps} "
+         "steps" if r.curriculum_steps else ""),
+      f"- seeds: {', '.join(str(s) for s in settings.seeds)}; tables: median [min-max] over "
+      "seeds, OOD over the seeds that fit",
+      f"- test: {settings.examples} examples per size, exact match of the whole answer "
+      "(teacher forcing, equal to greedy decoding)",
+      (f"- randomized positions (Ruoss et al. 2023): sorted samples of [0, "
+       f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
+       f"table (learned positions) has {settings.position_range} rows"
+       if any(parse_variant(v)[1] for v in settings.variants) else
+       f"- a bounded table (learned positions) has {settings.position_range} rows"),
+      f"- verdicts: a claim holds only when every seed of the expected winner is above every "
+      f"seed of the expected loser (min-max ranges do not overlap) and the medians differ by "
+      f">= {MARGIN:g}; with one seed it is indicative only",
+  ]
+
+
+def training_minutes(outcomes: Mapping[tuple, Outcome]) -> float:
+  return sum(o.fit.train_seconds for o in outcomes.values()) / 60
+
+
+def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
+                 settings: Settings, outcomes: Mapping[tuple, Outcome],
+                 summary: Mapping[str, Any], workdir: pathlib.Path, *,
+                 sizes_note: str = "") -> None:
+  """Setup, fit and per-task sections (tables and accuracy-by-size plots) of a report."""
+  lines = setup_lines(base, settings)
+  reused = sum(o.fit.reused for o in outcomes.values())
+  lines.append(f"- compute: {len(outcomes)} models, training time "
+               f"{training_minutes(outcomes):.1f} min summed over models on this machine "
+               f"({reused} reused from earlier runs; their time is their original training time)")
+  if sizes_note:
+    lines.append(sizes_note)
+  report.section("Setup", "\n".join(lines))
+  report.section("Which models fit in-distribution", fit_lines(summary, settings.recipe))
+  for spec in settings.tasks:
+    header, rows = task_table(summary[spec.name], settings.recipe)
+    report.section(f"{spec.name}")
+    report.table(header, rows, caption=(
+        f"Trained on sizes {spec.train_min}..{spec.train_max}; tested on "
+        f"{', '.join(str(s) for s in spec.test_sizes if s > spec.train_max)}. Exact match, "
+        "median [min-max] over seeds."))
+    series = curves(settings, outcomes, spec.name)
+    path = workdir / f"{spec.name}_accuracy_by_size.png"
+    study_report.plot_curves(
+        path, series, xlabel="size", ylabel="exact match",
+        title=f"{spec.name}: trained on sizes <= {spec.train_max}",
+        vline=spec.train_max + 0.5, vline_label="largest training size",
+        styles={k: "--" for k in series if "randomized" in k})
+    report.image(path, f"{spec.name} accuracy by size")
+
+
+def results_payload(settings: Settings, summary: Mapping[str, Any],
+                    outcomes: Mapping[tuple, Outcome]) -> Dict[str, Any]:
+  runs = {}
+  for (task, variant, seed), o in outcomes.items():
+    runs.setdefault(task, {}).setdefault(variant, []).append(
+        {"seed": seed, "fit": o.fit.to_json(), "protocol": o.protocol,
+         "aggregate": o.aggregate, "accuracy_by_size": o.evals})
+  return {"settings": json.loads(json.dumps(dataclasses.asdict(settings), default=str)),
+          "summary": summary, "runs": runs}
+
+
+def leaderboard_entry(settings: Settings, outcomes: Mapping[tuple, Outcome]
+                      ) -> Dict[str, Any]:
+  """variant -> spread over seeds of the mean OOD exact match across the study's tasks."""
+  return {v: suite_mean(settings, outcomes, v) for v in settings.variants}
+
+
+def report_for(title: str, *, study: str, options: study_report.StudyOptions,
+               settings: Settings) -> study_report.Report:
+  report = study_report.Report(title, study=study, options=options)
+  if options.quick or len(settings.seeds) < 2:
+    report.indicative = quick_label(settings)
+  return report
+
+
+def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
+                  winners: Sequence[str], losers: Sequence[str], recipe: convergence.Recipe,
+                  *, key: str = "ood") -> study_report.Verdict:
+  """The claim "every winner beats every loser on ``key``", checked beyond the seed spread.
+
+  Variants that fit in no majority of their seeds are left out and named in the note with how
+  far they got (their best held-out in-distribution accuracy).
+
+  Args:
+    expectation: the published claim.
+    entries: variant -> :func:`summarize_variant` entry.
+    winners: expected winners.
+    losers: expected losers.
+    recipe: the convergence recipe (for the note).
+    key: the compared spread.
+
+  Returns:
+    The :class:`~experiments.study_report.Verdict`.
+  """
+  unfit = [v for v in list(winners) + list(losers) if not comparable(entries[v])]
+  won = {v: entries[v][key] for v in winners if comparable(entries[v])}
+  lost = {v: entries[v][key] for v in losers if comparable(entries[v])}
+  note = ""
+  if unfit:
+    note = (f"{', '.join(unfit)} did not fit (>= {recipe.fit_threshold:g} held-out "
+            f"in-distribution within {recipe.max_steps} steps) in a majority of seeds; best "
+            "in-distribution: " + ", ".join(
+                f"{v} {cell(entries[v]['best_in_dist'], 3)}" for v in unfit)
+            + "; left out of the comparison.")
+  return study_report.verdict(
+      expectation,
+      f"every seed of each of {', '.join(winners)} above every seed of each of "
+      f"{', '.join(losers)} ({key.replace('_', ' ')} exact match, seeds that fit) and medians "
+      f">= {MARGIN:g} apart",
+      describe({**won, **lost}) or "no variant fit",
+      lambda: compare(won, lost), note=note)
+
+
+def spread_verdict(expectation: str, winners: Mapping[str, Mapping[str, Any]],
+                   losers: Mapping[str, Mapping[str, Any]], criterion: str,
+                   note: str = "") -> study_report.Verdict:
+  """A claim on already computed spreads (e.g. suite means, MRR), checked by :func:`compare`."""
+  return study_report.verdict(expectation, criterion, describe({**winners, **losers}),
+                              lambda: compare(winners, losers), note=note)
+
+
+def run_study(options: study_report.StudyOptions, *, study: str, title: str,
+              base: ml_collections.ConfigDict, settings: Settings, family: str,
+              verdicts: Callable[..., List[study_report.Verdict]],
+              extra: Optional[Callable[..., Dict[str, Any]]] = None,
+              log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Trains and tests every model of ``settings``, then writes the report of one study.
+
+  Args:
+    options: the study's options.
+    study: its name (default directories ``runs/<study>``).
+    title: the report title.
+    base: the base experiment config.
+    settings: the sweep.
+    family: the leaderboard column of this study.
+    verdicts: ``verdicts(summary, settings, outcomes) -> [Verdict]``.
+    extra: optional ``extra(report, summary, settings, outcomes) -> dict`` adding sections
+      (called after the common ones) and returning results to store.
+    log: progress lines.
+
+  Returns:
+    The results written to ``results.json``.
+  """
+  started = time.time()
+  runs_dir = options.models_dir(study)
+  workdir = options.report_dir(study)
+  workdir.mkdir(parents=True, exist_ok=True)
+  log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
+      f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
+      f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
+  outcomes = run_models(base, settings, runs_dir=runs_dir, log=log)
+  summary = summaries(settings, outcomes)
+  report = report_for(title, study=study, options=options, settings=settings)
+  report.started = started  # The header's wall time covers the training.
+  for v in verdicts(summary, settings, outcomes):
+    report.add_verdict(v)
+  board = leaderboard_entry(settings, outcomes)
+  report.section("Suite mean", (
+      "Mean OOD exact match over the tasks (a task where a seed did not fit counts 0), median "
+      "[min-max] over seeds:\n\n") + markdown_ranking(board))
+  write_common(report, base, settings, outcomes, summary, workdir)
+  results = results_payload(settings, summary, outcomes)
+  if extra is not None:
+    results.update(extra(report, summary, settings, outcomes))
+  results["leaderboard"] = {family: board}
+  results["verdicts"] = [v.to_json() for v in report.verdicts]
+  return study_report.write_report(report, workdir, results, study=study, log=log)
+
+
+def markdown_ranking(board: Mapping[str, Mapping[str, Any]]) -> str:
+  ordered = sorted(board.items(), key=lambda kv: -(kv[1]["median"] or 0.0))
+  return study_report.markdown_table(["variant", "mean OOD exact match"],
+                                     [[v, cell(s, 3)] for v, s in ordered])

@@ -1,0 +1,84 @@
+"""``python -m experiments.algorithmic.leaderboard``: the README's PE x task-family table.
+
+Reads the committed ``results.json`` of the algorithmic studies (``experiments/results/<study>/``)
+and writes, between the README markers ``<!-- leaderboard:start -->`` and
+``<!-- leaderboard:end -->``, one row per PE variant and one column per task family: the mean
+out-of-distribution exact match over the family's tasks, median [min-max] over seeds (a task a
+seed did not fit counts 0). Each column names the run it comes from (mode, seeds, step cap), so
+quick-mode numbers are never mistaken for full runs.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from experiments import study_report
+from experiments.algorithmic import engine
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STUDIES = ("length_generalization", "kazemnejad_suite", "ruoss_suite", "content_tasks")
+START = "<!-- leaderboard:start -->"
+END = "<!-- leaderboard:end -->"
+
+
+def load(results_dir: pathlib.Path, studies: Sequence[str] = STUDIES) -> List[Dict[str, Any]]:
+  """The ``results.json`` payloads of the studies that have one, in ``studies`` order."""
+  out = []
+  for study in studies:
+    path = results_dir / study / "results.json"
+    if path.exists():
+      payload = json.loads(path.read_text())
+      if "leaderboard" in payload.get("results", {}):
+        out.append(payload)
+  return out
+
+
+def table(payloads: Sequence[Mapping[str, Any]]) -> str:
+  """The markdown table (and a line per column saying which run it comes from)."""
+  columns, notes = [], []
+  for p in payloads:
+    settings = p["results"]["settings"]
+    recipe = settings["recipe"]
+    for family, board in p["results"]["leaderboard"].items():
+      columns.append((family, board))
+      notes.append(f"- {family}: `{p['study']}` {p['mode']} run, {len(settings['seeds'])} "
+                   f"seed(s), training to >= {recipe['fit_threshold']:g} in-distribution or "
+                   f"{recipe['max_steps']} steps, {p['date']} "
+                   f"([report](experiments/results/{p['study']}/report.md))")
+  variants: List[str] = []
+  for _, board in columns:
+    variants += [v for v in board if v not in variants]
+  header = ["PE"] + [family for family, _ in columns]
+  rows = [[v] + [engine.cell(board[v], 2) if v in board else "" for _, board in columns]
+          for v in variants]
+  return (study_report.markdown_table(header, rows) + "\n\n"
+          + "\n".join(notes) + "\n")
+
+
+def update_readme(readme: pathlib.Path, text: str) -> bool:
+  """Replaces the text between the markers; ``False`` when the README has no markers."""
+  content = readme.read_text()
+  if START not in content or END not in content:
+    return False
+  head, rest = content.split(START, 1)
+  _, tail = rest.split(END, 1)
+  readme.write_text(f"{head}{START}\n{text}{END}{tail}")
+  return True
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Regenerates the README table from ``experiments/results``; prints it."""
+  del argv
+  text = table(load(ROOT / "experiments" / "results"))
+  print(text)
+  if not update_readme(ROOT / "README.md", text):
+    print(f"README.md has no {START} ... {END} markers", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))

@@ -1,0 +1,14 @@
+"""The content_tasks study (experiments/content_tasks.py).
+
+`python launch.py --study=content_tasks [--quick]` (the same as
+`python launch.py --config=experiments/configs/content_tasks.py`);
+the study is experiments/content_tasks.py.
+The study sets the PE, seed, data and evaluation of each model it trains; the other fields are the
+base every model starts from, and the ones given on the command line override the study's own.
+"""
+
+from experiments import study_report
+
+
+def get_config():
+  return study_report.study_config("content_tasks")

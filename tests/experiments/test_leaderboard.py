@@ -1,0 +1,57 @@
+"""The README leaderboard: built from results.json payloads, written between markers."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from experiments.algorithmic import engine
+from experiments.algorithmic import leaderboard
+
+
+def _payload(study, family, board, mode="quick", seeds=(0,)):
+  return {"study": study, "mode": mode, "date": "2026-12-01 02:00 UTC",
+          "results": {"settings": {"seeds": list(seeds),
+                                   "recipe": {"fit_threshold": 0.99, "max_steps": 800}},
+                      "leaderboard": {family: board}}}
+
+
+class LeaderboardTest(absltest.TestCase):
+
+  def test_table_has_a_row_per_pe_and_labels_each_column(self):
+    a = _payload("length_generalization", "copy / reverse",
+                 {"rope": engine.seed_spread([0.1, 0.2, 0.3]), "none": engine.seed_spread([0.5])},
+                 mode="full", seeds=(0, 1, 2))
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": engine.seed_spread([0.4])})
+    text = leaderboard.table([a, b])
+    self.assertIn("| PE | copy / reverse | Ruoss tasks |", text)
+    self.assertIn("| rope | 0.20 [0.10-0.30] | 0.40 |", text)
+    self.assertIn("| none | 0.50 |  |", text)
+    self.assertIn("`ruoss_suite` quick run, 1 seed(s)", text)
+    self.assertIn("`length_generalization` full run, 3 seed(s)", text)
+
+  def test_readme_section_is_replaced_between_markers(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    readme = tmp / "README.md"
+    readme.write_text(f"# x\n{leaderboard.START}\nold\n{leaderboard.END}\ntail\n")
+    self.assertTrue(leaderboard.update_readme(readme, "new\n"))
+    self.assertEqual(readme.read_text(),
+                     f"# x\n{leaderboard.START}\nnew\n{leaderboard.END}\ntail\n")
+    plain = tmp / "plain.md"
+    plain.write_text("no markers")
+    self.assertFalse(leaderboard.update_readme(plain, "new\n"))
+
+  def test_load_reads_only_studies_with_a_leaderboard(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    (tmp / "ruoss_suite").mkdir()
+    (tmp / "ruoss_suite" / "results.json").write_text(json.dumps(
+        _payload("ruoss_suite", "Ruoss tasks", {})))
+    (tmp / "content_tasks").mkdir()
+    (tmp / "content_tasks" / "results.json").write_text(json.dumps({"results": {}}))
+    self.assertEqual([p["study"] for p in leaderboard.load(tmp)], ["ruoss_suite"])
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,80 @@
+"""The Ruoss, Kazemnejad and content-task studies: settings by capability, claims, tiny runs."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import pytest
+
+from experiments import content_tasks
+from experiments import kazemnejad_suite
+from experiments import ruoss_suite
+from experiments import study_report
+from experiments.algorithmic import convergence
+from experiments.algorithmic import engine
+
+TINY = {"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
+        "data.batch_size": 4, "optim.warmup_steps": 1}
+RECIPE = convergence.Recipe(max_steps=2, check_every=2, check_examples=4)
+
+
+def _entry(values, fit=True):
+  return engine.summarize_variant([
+      {"fit": fit, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 10, "steps_to_fit": 10,
+       "ood": v, "ood_2x": v, "ood_far": v} for v in values])
+
+
+class SettingsTest(absltest.TestCase):
+
+  def test_full_settings_cover_the_published_suites(self):
+    self.assertLen(ruoss_suite.TASKS, 9)
+    self.assertEqual(kazemnejad_suite.TASKS,
+                     ("copy", "reverse", "addition", "sort_digits", "sum_digits", "parity"))
+    spec = ruoss_suite._spec("binary_addition", 40, ruoss_suite.TEST_SIZES)  # pylint: disable=protected-access
+    self.assertEqual((spec.train_min, spec.train_max, spec.test_sizes[-1]), (3, 40, 500))
+    k = kazemnejad_suite._spec("addition")  # pylint: disable=protected-access
+    self.assertEqual((k.train_max, k.test_sizes[-1]), (5, 10))
+    quick = kazemnejad_suite._spec("copy", 6)  # pylint: disable=protected-access
+    self.assertEqual(quick.train_max, 6)
+
+  def test_content_claim_compares_the_best_of_each_group(self):
+    entries = {"rope": _entry([0.1, 0.2, 0.15]), "alibi": _entry([0.3, 0.35, 0.4]),
+               "cope": _entry([0.6, 0.7, 0.8]), "fox": _entry([0.0, 0.0, 0.0], fit=False)}
+    summary = {"count_symbol": entries}
+    (v,) = content_tasks.verdicts(summary, None, None)
+    self.assertTrue(v.held)
+    self.assertIn("cope 0.700 [0.600-0.800], alibi 0.350 [0.300-0.400]", v.measured)
+    self.assertIn("did not fit in a majority of seeds: fox", v.note)
+
+
+class TinyRunTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("ruoss", ruoss_suite, "parity", ("rope", "rope+randomized"), "Ruoss tasks"),
+      ("kazemnejad", kazemnejad_suite, "sum_digits", ("none", "rope"), "Kazemnejad tasks"),
+      ("content", content_tasks, "mqar", ("rope", "cope"), "content tasks"))
+  @pytest.mark.slow
+  def test_tiny_run_writes_report_and_leaderboard(self, module, task, variants, family):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(quick=True, workdir=str(tmp / "r"),
+                                        runs_dir=str(tmp / "m"), overrides=TINY, command="t")
+    lo = 3 if task == "binary_addition" else 1
+    settings = engine.Settings(tasks=(engine.TaskSpec(task, 2, (1, 2, 3), train_min=lo),),
+                               variants=variants, seeds=(0,), recipe=RECIPE, examples=2)
+    module.run(options, settings=settings, log=lambda _: None)
+    payload = json.loads((tmp / "r" / "results.json").read_text())
+    self.assertEqual(set(payload["results"]["leaderboard"][family]), set(variants))
+    report = (tmp / "r" / "report.md").read_text()
+    self.assertIn("Suite mean", report)
+    if module is ruoss_suite:
+      self.assertLen(payload["verdicts"], 1)  # rope+randomized vs rope.
+    if module is kazemnejad_suite:
+      self.assertIn("Mean reciprocal rank", report)
+      self.assertIn("mrr_published_five", payload["results"])
+
+
+if __name__ == "__main__":
+  absltest.main()
