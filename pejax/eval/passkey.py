@@ -102,7 +102,7 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
 
 def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int],
                           depths: Sequence[float], examples: int = 4, seed: int = 0,
-                          blockwise_threshold: int = 2048,
+                          blockwise_threshold: Optional[int] = None,
                           progress: Optional[Callable[[str], None]] = None
                           ) -> List[PasskeyResult]:
   """Natural-language passkey accuracy of a pretrained model, with its own tokenizer.
@@ -118,7 +118,8 @@ def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int
     depths: key depths in [0, 1].
     examples: prompts per cell (one batch).
     seed: data seed; cell (i, j) uses keys from ``seed + 1000 * i + 100 * j + e``.
-    blockwise_threshold: lengths above it use blockwise attention.
+    blockwise_threshold: lengths above it use blockwise attention; None: the platform's
+      measured crossover (:func:`pejax.nn.attention.choose_implementation`).
     progress: optional callback receiving one line per cell.
 
   Returns:
@@ -143,7 +144,8 @@ def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int
                for k in ("inputs", "targets", "positions", "loss_mask")}
       right = exact_match.answer_exact_match(
           model, batch["inputs"], batch["targets"], batch["positions"], batch["loss_mask"],
-          attention="blockwise" if length > blockwise_threshold else "dense")
+          attention=choose_implementation("auto", length,
+                                          blockwise_threshold=blockwise_threshold))
       accuracy = float(np.mean(np.asarray(right)))
       results.append(PasskeyResult(length, float(depth), accuracy, examples))
       if progress is not None:
