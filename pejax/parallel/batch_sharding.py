@@ -62,7 +62,8 @@ def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules=LOGICAL_AXIS_RULES) 
   """Global arrays of a global host batch, each process supplying only its rows.
 
   Args:
-    batch: dict of ``[B, ...]`` host arrays (identical on all processes).
+    batch: dict of ``[B, ...]`` host arrays (identical on all processes); ``positions`` may be
+      ``[1, L]`` (shared by every row: replicated).
     mesh: the mesh.
     rules: logical axis rules.
 
@@ -80,6 +81,11 @@ def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules=LOGICAL_AXIS_RULES) 
     value = np.asarray(value)
     sharding = batch_sharding(mesh, value.ndim, rules)
     replicas = int(np.prod([mesh.shape[a] for a in _as_tuple(sharding.spec[0])]))
+    if key == "positions" and value.shape[0] == 1 and replicas > 1:
+      # Positions shared by every row ([1, L], pejax.train.model_inputs): replicated.
+      out[key] = jax.make_array_from_process_local_data(
+          NamedSharding(mesh, PartitionSpec()), value, value.shape)
+      continue
     if value.shape[0] % replicas:
       raise ValueError(
           f"batch[{key!r}] has {value.shape[0]} rows, not divisible by the {replicas} data shards "
