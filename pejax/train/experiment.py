@@ -238,7 +238,7 @@ def pretrained_setup(config: ml_collections.ConfigDict) -> tuple[DecoderConfig, 
   try:
     model_config = hf.load_config(path, dtype=m.dtype, attention=m.attention,
                                   block_size=m.block_size,
-                                  blockwise_threshold=config.eval.blockwise_threshold)
+                                  blockwise_threshold=int(config.eval.blockwise_threshold) or None)
     tokenizer = hf.load_tokenizer(path)
     context = safetensors_files.read_json(os.path.join(path, "config.json"), "config.json").get(
         "max_position_embeddings")
