@@ -37,7 +37,8 @@ _KV_HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, ax
 def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Array,
             implementation: str) -> Bias:
   """A PE's position bias as attention takes it: evaluated now for dense attention, else the
-  per-tile function; ``None`` when the PE has no bias.
+  per-tile function (also for dense on an accelerator whose Pallas kernel computes this PE's
+  bias inside, :func:`pejax.nn.attention.bias_as_function`); ``None`` when the PE has no bias.
 
   Args:
     pe: the positional encoding.
@@ -47,7 +48,7 @@ def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Arr
 
   Returns:
     float32 ``[B | 1, H, Lq, Lk]`` (dense; on a mesh split over heads like the logits), the
-    function ``pe.bias`` (blockwise), or ``None``.
+    function ``pe.bias`` (blockwise, or served by the Pallas kernel), or ``None``.
   """
   if not pe.has_bias:
     return None

@@ -206,7 +206,7 @@ def decoder_config_from(config: ml_collections.ConfigDict, *,
         num_heads=m.num_heads, num_kv_heads=m.num_kv_heads or None, mlp=m.mlp,
         mlp_ratio=m.mlp_ratio, tie_embeddings=m.tie_embeddings, dtype=m.dtype,
         attention=m.attention, block_size=m.block_size,
-        blockwise_threshold=int(config.eval.blockwise_threshold) or None, pe=pe,
+        blockwise_threshold=blockwise_threshold_of(config), pe=pe,
         sliding_window=(window[0] if len(window) == 1 else window) if window else None,
         query_scaling=query_scaling,
         query_scaling_length=int(config.data.train_len) if query_scaling != "none" else 0)
@@ -238,7 +238,7 @@ def pretrained_setup(config: ml_collections.ConfigDict) -> tuple[DecoderConfig, 
   try:
     model_config = hf.load_config(path, dtype=m.dtype, attention=m.attention,
                                   block_size=m.block_size,
-                                  blockwise_threshold=int(config.eval.blockwise_threshold) or None)
+                                  blockwise_threshold=blockwise_threshold_of(config))
     tokenizer = hf.load_tokenizer(path)
     context = safetensors_files.read_json(os.path.join(path, "config.json"), "config.json").get(
         "max_position_embeddings")
@@ -253,6 +253,13 @@ def pretrained_setup(config: ml_collections.ConfigDict) -> tuple[DecoderConfig, 
         head_dim=model_config.head_dim)
     model_config = dataclasses.replace(model_config, pe=pe)
   return model_config, tokenizer
+
+
+def blockwise_threshold_of(config: ml_collections.ConfigDict) -> Optional[int]:
+  """``config.eval.blockwise_threshold`` as the decoder and the evaluation loops take it: the
+  longest length run densely, ``None`` (from the config's 0) for the platform's measured
+  crossover."""
+  return int(config.eval.blockwise_threshold) or None
 
 
 def eval_lengths(config: ml_collections.ConfigDict) -> List[int]:
@@ -919,7 +926,7 @@ def _evaluate_and_write(model, config, *, model_config, corpus, is_task, workdir
           "run": workdir.name,
           "evaluation": name or ("results" if out_dir == workdir else out_dir.name), "final": final,
           "eval_config": _eval_settings(config)}
-  blockwise_threshold = int(config.eval.blockwise_threshold) or None
+  blockwise_threshold = blockwise_threshold_of(config)
   limits = [pe.max_length for pe in model.pes if pe.max_length is not None]
   max_length = min(limits) if limits else None
   if coordinator:

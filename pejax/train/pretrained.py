@@ -65,7 +65,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
         f"eval_mode must be one of {list(experiment.EVAL_MODES)}, got {config.eval.mode!r}")
   try:
     model = hf.from_pretrained(hf_dir,
-                               blockwise_threshold=int(config.eval.blockwise_threshold) or None)
+                               blockwise_threshold=experiment.blockwise_threshold_of(config))
     tokenizer = hf.load_tokenizer(hf_dir)
   except ValueError as e:
     raise experiment.ConfigError(f"--init_from_hf: {e}") from None
@@ -88,7 +88,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   def evaluate(m):
     return eval_lib.perplexity_at_lengths(
         m, corpus.valid, lengths=lengths, modes=modes, max_tokens=int(config.eval.num_tokens),
-        blockwise_threshold=int(config.eval.blockwise_threshold) or None, stride=stride, progress=log)
+        blockwise_threshold=experiment.blockwise_threshold_of(config), stride=stride, progress=log)
 
   log(f"evaluating {hf_dir} ({model.config.num_layers} layers, d={model.config.d_model}, "
       f"vocab {model.config.vocab_size}) on {data_name}: {corpus.valid.size} validation tokens, "
@@ -108,7 +108,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   if config.eval.passkey:
     passkey = eval_lib.passkey_text_accuracy(
         model, tokenizer, lengths=lengths, depths=(0.0, 0.5, 1.0), seed=int(config.seed),
-        blockwise_threshold=int(config.eval.blockwise_threshold) or None, progress=log)
+        blockwise_threshold=experiment.blockwise_threshold_of(config), progress=log)
   text_parts = [eval_lib.format_table(
       results, train_len=original,
       title=f"{label_}: original context {original}, perplexity (model tokens) on up to "
