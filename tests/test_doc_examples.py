@@ -40,7 +40,8 @@ from pejax.parallel import local_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STUDIES = ("extrapolation", "context_extension", "length_generalization", "passkey_scaling",
-           "training_curves", "gallery", "ruoss_suite", "kazemnejad_suite", "content_tasks")
+           "training_curves", "gallery", "ruoss_suite", "kazemnejad_suite", "content_tasks",
+           "streaming_llm", "kv_quantization")
 TINY = ["--config.model.num_layers=1", "--config.model.d_model=32", "--config.model.num_heads=2",
         "--config.data.batch_size=4", "--train_len=32", "--steps=2",
         "--config.optim.warmup_steps=1", "--config.train.log_every=1",
