@@ -204,8 +204,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                                                       max_tokens=settings.eval_tokens)
         ref = row["float32"]["perplexity"]
         log(f"  {pe} {length}: " + ", ".join(
-            f"{d} {study_report.fmt(r['perplexity'], 3)} ({_signed(relative_change(r['perplexity'], ref))})"
-            for d, r in row.items()))
+            f"{d} {study_report.fmt(r['perplexity'], 3)} "
+            f"({_signed(relative_change(r['perplexity'], ref))})" for d, r in row.items()))
         out[str(length)] = row
       return out
 

@@ -104,8 +104,8 @@ class FirstTokenAttentionTest(parameterized.TestCase):
     expected = block.attention(h, pe=pe_module, positions=positions, segment_ids=None,
                                bias=streaming_llm_bias(pe_module, positions),
                                implementation="dense")
-    np.testing.assert_allclose(block.attention._merge_heads(out), expected,  # pylint: disable=protected-access
-                               atol=1e-4)
+    merged = block.attention._merge_heads(out)  # pylint: disable=protected-access
+    np.testing.assert_allclose(merged, expected, atol=1e-4)
 
   def test_mass_and_uniform_reference(self):
     probs = np.zeros((1, 4, 4), np.float32)
