@@ -81,9 +81,11 @@ def kv_cache_memory(config: Union[DecoderConfig, Mapping[str, Any]], *, seq_len:
   per layer. ``int4`` is a figure of this calculator only (no pejax cache stores it).
 
   Not counted: the cache's int32 positions ``[B, T]`` (4 bytes per token, shared by the layers),
-  content-aware PE features (FoX), weights and activations. pejax's own
-  :meth:`pejax.nn.Decoder.init_cache` allocates ``max_length`` slots in every layer, windowed or
-  not, so for a windowed model it takes more than this figure.
+  content-aware PE features (FoX), weights and activations. pejax's own cache takes exactly this
+  figure (:meth:`pejax.nn.Decoder.init_cache` with ``dtype=``): for a global model with
+  ``max_length=seq_len``, for a model whose layers share one window W with
+  ``eviction="window"`` and ``max_length=W`` (a ring buffer); a model mixing windowed and global
+  layers gets ``max_length`` slots in every layer, more than this figure.
 
   From a ``config.json`` dict (through :func:`pejax.hf.decoder_config_from_hf`, whose model
   families it accepts): K = ``num_key_value_heads`` (default ``num_attention_heads``), D =

@@ -142,18 +142,28 @@ class PropertyTest(parameterized.TestCase):
 
 class AgreesWithTheCacheTest(parameterized.TestCase):
 
-  @parameterized.parameters("float32", "bfloat16", "float16")
+  @parameterized.parameters("float32", "bfloat16", "float16", "int8", "float8_e4m3fn")
   def test_equals_the_bytes_of_init_cache(self, dtype):
-    # TODO(issue 20): add "int8" and "float8_e4m3fn" once the quantized cache (keys / values
-    # [B, T, K, D] plus float32 scales [B, T, K]) is on main: count its scales too.
+    # Keys and values [B, T, K, D], plus float32 scales [B, T, K] when quantized.
     model = Decoder(TINY, rngs=nnx.Rngs(0))
     for batch, seq_len in ((1, 7), (3, 40)):
-      cache = model.init_cache(batch, seq_len, dtype=jnp.dtype(dtype))
-      nbytes = sum(x.nbytes for x in jax.tree.leaves((cache.keys, cache.values)))
+      cache = model.init_cache(batch, seq_len, dtype=dtype)
+      nbytes = sum(x.nbytes for x in jax.tree.leaves(
+          (cache.keys, cache.values, cache.key_scales, cache.value_scales)))
       self.assertEqual(memory(TINY, seq_len, batch, dtype), nbytes)
 
-  def test_init_cache_does_not_ring_buffer_windowed_layers(self):
-    # pejax's cache holds max_length slots in every layer; the figure counts min(T, W).
+  @parameterized.parameters("bfloat16", "int8")
+  def test_equals_a_ring_buffer_of_the_window(self, dtype):
+    windowed = DecoderConfig(vocab_size=16, num_layers=2, d_model=32, num_heads=4,
+                             num_kv_heads=2, sliding_window=6)
+    cache = Decoder(windowed, rngs=nnx.Rngs(0)).init_cache(2, 6, dtype=dtype, eviction="window")
+    nbytes = sum(x.nbytes for x in jax.tree.leaves(
+        (cache.keys, cache.values, cache.key_scales, cache.value_scales)))
+    for seq_len in (6, 100, 10 ** 6):
+      self.assertEqual(memory(windowed, seq_len, 2, dtype), nbytes)
+
+  def test_mixed_windows_take_max_length_slots_in_every_layer(self):
+    # pejax's cache shares its slots across layers; the figure counts min(T, W) per layer.
     windowed = DecoderConfig(vocab_size=16, num_layers=2, d_model=32, num_heads=4,
                              num_kv_heads=2, sliding_window=(4, None))
     cache = Decoder(windowed, rngs=nnx.Rngs(0)).init_cache(1, 40, dtype=jnp.bfloat16)
