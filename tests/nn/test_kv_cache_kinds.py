@@ -186,8 +186,11 @@ class WindowRingBufferTest(parameterized.TestCase):
       return
     self._check(name, capacity=7)  # More slots than the window: the mask still applies it.
 
-  def test_rotated_keys_and_int8(self):
+  @pytest.mark.slow
+  def test_rotated_keys(self):
     self._check("rope", cache_rotated_keys=True)
+
+  def test_int8_ring_equals_int8_linear_cache(self):
     model = _model(pe="alibi", sliding_window=5)
     tokens = _tokens()
     ring, _ = _stream(model, tokens, model.init_cache(2, 5, eviction="window", dtype="int8"),
@@ -211,6 +214,17 @@ class WindowRingBufferTest(parameterized.TestCase):
     ring = pejax.generate(model, prompts, max_new_tokens=12, cache_eviction="window",
                           cache_size=6)
     chex.assert_trees_all_equal(ring, full)
+
+  @pytest.mark.slow
+  def test_ragged_prompts_in_a_ring_buffer(self):
+    # Left padding takes ring slots too: each row still generates what it would alone.
+    model = _model(pe="rope", sliding_window=6)
+    ragged = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 5, 6], [7]]
+    ring = pejax.generate(model, ragged, max_new_tokens=12, cache_eviction="window",
+                          cache_size=6)
+    for row, prompt in enumerate(ragged):
+      alone = pejax.generate(model, [prompt], max_new_tokens=12)
+      chex.assert_trees_all_equal(ring[row], alone[0])
 
 
 class AttentionSinksTest(parameterized.TestCase):
