@@ -137,6 +137,20 @@ class QuantizationTest(parameterized.TestCase):
     self.assertGreater(difference, 0.0)  # The cache really is quantized ...
     self.assertLess(difference, 0.05 if dtype == "int8" else 0.3)  # ... and close.
 
+  @parameterized.named_parameters(*((n, n) for n in pe_names()))
+  @pytest.mark.slow
+  def test_every_pe(self, name):
+    model = _model(pe=name)
+    tokens = _tokens()
+    prefilled, _ = _prefill(model, tokens, model.init_cache(2, LENGTH, dtype="int8"))
+    decoded, _ = _stream(model, tokens, model.init_cache(2, LENGTH, dtype="int8"), prompt=3)
+    tolerance = 1e-4 if model.pe.length_dependent else 2e-5
+    if model.pe.length_dependent:  # Frequencies of the current length: the last step.
+      prefilled, decoded = prefilled[:, -1], decoded[:, -1]
+    chex.assert_trees_all_close(decoded, prefilled, atol=tolerance, rtol=tolerance)
+    self.assertLess(float(jnp.max(jnp.abs(prefilled - _forward(model, tokens)[
+        :, -1 if model.pe.length_dependent else slice(None)]))), 0.05)
+
   def test_keys_are_quantized_before_rotation(self):
     # The default cache keeps unrotated keys: a token's stored int8 key is the same whatever its
     # position (rotation happens when read).
