@@ -100,6 +100,7 @@ _EXPORTS = {
     "get_pe_class": "pejax.nn",
     "build_pe": "pejax.nn",
     "generate": "pejax.nn",
+    "kv_cache_memory": "pejax.hf",
     "load_corpus": "pejax.data",
     "make_train_iterator": "pejax.data",
     "nonoverlapping_windows": "pejax.data",

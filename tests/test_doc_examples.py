@@ -16,6 +16,7 @@ What "runs" means per kind of command:
   * ``python -m pejax.parallel.local_cluster ... -- python launch.py ...`` (several processes on
     this machine, with their own fake devices): run to the end, the tiny model appended to the
     launch.py part.
+  * ``python -m pejax.hf.kv_cache_memory_table``: run; README.md holds what it prints.
 Usage synopses (text with ``<placeholder>``, ``[optional]`` or ``...`` parts) and non-pejax commands
 (pip, pytest, tensorboard, srun/gcloud wrappers are unwrapped to their launch.py part) are not
 commands to run.
@@ -24,6 +25,7 @@ commands to run.
 import contextlib
 import fnmatch
 import glob
+import io
 import os
 import pathlib
 import re
@@ -63,7 +65,7 @@ def _command_lines(text: str) -> list[str]:
   found = []
   for line in commands:
     match = re.search(r"python (launch\.py|-m (?:pejax\.compare|pejax\.parallel\.local_cluster|"
-                      r"experiments\.\w+))(.*)", line)
+                      r"pejax\.hf\.kv_cache_memory_table|experiments\.\w+))(.*)", line)
     if not match:
       continue
     command = (match.group(0).split(" #")[0]).strip().rstrip('"')
@@ -185,6 +187,13 @@ class DocExamplesTest(parameterized.TestCase):
           "PEJAX_NO_RUNTIME_ENV": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}):
         code = local_cluster.main([*args[1:split], "--timeout_s=300", "--", *inner, *TINY])
       self.assertEqual(code, 0, command)
+      return
+    if words[1] == "-m" and words[2] == "pejax.hf.kv_cache_memory_table":
+      # Prints the README's memory table; tests/hf/test_kv_cache_memory.py checks the copy.
+      from pejax.hf import kv_cache_memory_table  # pylint: disable=import-outside-toplevel
+      with contextlib.redirect_stdout(io.StringIO()) as out:
+        self.assertEqual(kv_cache_memory_table.main(args[1:]), 0, command)
+      self.assertIn(out.getvalue(), (ROOT / "README.md").read_text())
       return
     if words[1] == "-m" and words[2] == "experiments.image_grid":
       # Its own package and flags (no training config); tests/experiments/test_image_grid.py

@@ -6,6 +6,8 @@
   transformers loads to the same logits.
 * :func:`load_tokenizer`: the directory's ``tokenizer.json`` through the ``tokenizers`` package.
 * :func:`with_rope_scaling`: the same weights with a context-extension RoPE scaling.
+* :func:`kv_cache_memory`: bytes of a decoder's KV cache at a context length (from a
+  ``config.json`` dict or a :class:`~pejax.nn.DecoderConfig`).
 """
 
 from pejax.hf.checkpoint_loading import from_pretrained
@@ -15,6 +17,7 @@ from pejax.hf.checkpoint_saving import save_pretrained
 from pejax.hf.config_mapping import SUPPORTED_MODEL_TYPES
 from pejax.hf.config_mapping import decoder_config_from_hf
 from pejax.hf.config_mapping import decoder_config_to_hf
+from pejax.hf.kv_cache_memory import kv_cache_memory
 from pejax.hf.tokenizer import Tokenizer
 from pejax.hf.tokenizer import load_tokenizer
 
@@ -24,6 +27,7 @@ __all__ = (
     "decoder_config_from_hf",
     "decoder_config_to_hf",
     "from_pretrained",
+    "kv_cache_memory",
     "load_config",
     "load_tokenizer",
     "save_pretrained",

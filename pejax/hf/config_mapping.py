@@ -34,6 +34,10 @@ from pejax.nn.positional.rope import RotaryConfig
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma")
 
+# transformers' RoPE base when config.json gives none (LlamaConfig, MistralConfig, Qwen2Config,
+# Qwen3Config, Phi3Config, GemmaConfig: rope_theta=10000.0).
+_DEFAULT_ROPE_THETA = 10000.0
+
 # The MLP activation each family accepts (HF names), and pejax's MLP kind for it.
 _ACTIVATIONS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu"}
 _FAMILY_ACTIVATION = {"llama": "silu", "mistral": "silu", "qwen2": "silu", "qwen3": "silu",
@@ -50,7 +54,7 @@ _FAMILY_KEYS = {
     "llama": frozenset({"attention_bias", "mlp_bias", "pretraining_tp"}),
     "mistral": frozenset({"sliding_window"}),
     "qwen2": frozenset({"sliding_window", "use_sliding_window", "max_window_layers",
-                        "layer_types"}),
+                        "layer_types", "use_mrope"}),
     "qwen3": frozenset({"sliding_window", "use_sliding_window", "max_window_layers",
                         "layer_types", "attention_bias"}),
     "phi3": frozenset({"sliding_window", "resid_pdrop", "embd_pdrop"}),
@@ -178,6 +182,10 @@ def decoder_config_from_hf(config: Mapping[str, Any], *, dtype: str = "float32",
       # transformers reads phi3's "su" and "yarn" as longrope.
       raise _unsupported("rope_scaling.rope_type", rope_type, "phi3 takes 'default' or "
                          "'longrope'")
+  if _flag(config, "use_mrope"):
+    # Qwen2.5 config.json files carry "use_mrope": false (transformers' qwen2 does not read it);
+    # true belongs to Qwen2-VL's multimodal RoPE.
+    raise _unsupported("use_mrope", True, "multimodal RoPE (Qwen2-VL) is not a qwen2 text model")
   if _flag(config, "mlp_bias"):
     raise _unsupported("mlp_bias", True, "MLP biases are not implemented in pejax's decoder")
   if config.get("pretraining_tp", 1) != 1:
@@ -193,6 +201,11 @@ def decoder_config_from_hf(config: Mapping[str, Any], *, dtype: str = "float32",
     raise ValueError(f"config.json hidden_size ({hidden}) must be divisible by "
                      f"num_attention_heads ({heads}) when head_dim is not given")
   explicit_head_dim = None if head_dim is None or head_dim * heads == hidden else head_dim
+  rope_parameters = config.get("rope_parameters")
+  if config.get("rope_theta") is None and not (
+      isinstance(rope_parameters, Mapping) and rope_parameters.get("rope_theta") is not None):
+    # transformers' default base in every supported family; Llama-2's config.json omits it.
+    config = {**config, "rope_theta": _DEFAULT_ROPE_THETA}
   rope = rope_hf.rope_config_from_hf(config, strict=True)
   fraction = float((config.get("rope_parameters") or {}).get(
       "partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) or 1.0)

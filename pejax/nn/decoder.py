@@ -51,7 +51,8 @@ from pejax.encodings import arg_checks
 from pejax.nn.attention import Bias, choose_implementation
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
-from pejax.nn.kv_cache import KVCache, init_kv_cache
+from pejax.nn import kv_eviction
+from pejax.nn.kv_cache import KVCache, LayerCache, init_kv_cache
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.positional.registry import build_pe
 from pejax.nn.rms_norm import make_rms_norm
@@ -182,18 +183,47 @@ class Decoder(nnx.Module):
   # ----------------------------------------------------------------------------------------------
   # KV-cache decoding.
 
-  def init_cache(self, batch_size: int, max_length: int, *, dtype: Any = None) -> KVCache:
-    """An empty KV cache for ``batch_size`` rows of up to ``max_length`` tokens.
+  def init_cache(self, batch_size: int, max_length: int, *, dtype: Any = None,
+                 eviction: str = "none", sink_tokens: int = 0) -> KVCache:
+    """An empty KV cache of ``max_length`` slots for ``batch_size`` rows.
 
     Args:
       batch_size: rows B.
-      max_length: capacity T (prompt plus generated tokens).
-      dtype: dtype of cached keys/values; defaults to the compute dtype.
+      max_length: capacity T in slots (for ``eviction="none"``: prompt plus generated tokens).
+      dtype: storage of cached keys/values: ``None`` (the compute dtype), a float dtype, or
+        ``"int8"`` / ``"float8_e4m3fn"`` (alias ``"fp8"``): quantized with one float32 scale
+        per token and key/value head (:mod:`pejax.nn.kv_quantization`), keys quantized before
+        the rotation when the cache keeps unrotated keys (the default).
+      eviction: ``"none"`` (linear: writing past T raises), ``"window"`` (a ring buffer of T
+        slots: the oldest token is overwritten, tokens keep their text positions; equal to the
+        full sliding-window forward pass when T >= every layer's ``sliding_window``) or
+        ``"sinks"`` (StreamingLLM: the first ``sink_tokens`` tokens stay, a ring holds the
+        ``T - sink_tokens`` most recent ones, and the PE sees positions assigned within the
+        cache, ``0 .. T - 1`` in text order, whatever the text positions; Xiao et al. 2023,
+        arXiv 2309.17453). Memory is independent of the generated length for both evicting
+        kinds (:mod:`pejax.nn.kv_eviction`). A new token attends to the T cached tokens and
+        itself (positions ``0 .. T`` with sinks); afterwards the cache keeps the sinks and the
+        ``T - S`` most recent tokens, itself included. With relative PEs a sinks step of a
+        one-layer model equals a full forward pass over the kept tokens; absolute PEs keep
+        the positions their tokens were written with inside the cached keys/values, and FoX
+        keeps the forget gates of evicted tokens in its decay.
+      sink_tokens: S, the kept first tokens of ``eviction="sinks"`` (``0 < S < T``).
 
     Returns:
       A :class:`~pejax.nn.kv_cache.KVCache` (a pytree; pass it through ``nnx.jit``).
+
+    Raises:
+      ValueError: naming the argument, for a bad size, dtype, eviction or ``sink_tokens``, and
+        for ``eviction="sinks"`` with ``cache_rotated_keys=True`` and a rotary PE (reassigned
+        positions need the keys stored before rotation).
     """
     config = self.config
+    if eviction == "sinks" and config.cache_rotated_keys and any(
+        pe.has_rotate for pe in self.pes):
+      raise ValueError(
+          "eviction='sinks' reassigns positions within the cache at every step, which needs "
+          "keys stored before rotation: build the model with cache_rotated_keys=False (got "
+          "cache_rotated_keys=True with a rotary PE)")
     return init_kv_cache(
         num_layers=config.num_layers,
         batch_size=arg_checks.check_positive_int("batch_size", batch_size),
@@ -201,7 +231,8 @@ class Decoder(nnx.Module):
         num_kv_heads=config.kv_heads, head_dim=config.head_dim,
         dtype=config.compute_dtype if dtype is None else dtype,
         feature_shapes=tuple(pe.key_feature_shape() if pe.has_content_bias else None
-                             for pe in self.layer_pes()))
+                             for pe in self.layer_pes()),
+        eviction=eviction, sink_tokens=sink_tokens)
 
   def prefill(self, tokens: jax.Array, positions: Optional[jax.Array],
               cache: KVCache, *, segment_ids: Optional[jax.Array] = None
@@ -263,11 +294,12 @@ class Decoder(nnx.Module):
     if cache.positions.shape[0] != batch:
       raise ValueError(
           f"tokens batch ({batch}) must match the cache batch ({cache.positions.shape[0]})")
-    if length > cache.max_length:
+    evicting = cache.eviction != "none"
+    if not evicting and length > cache.max_length:
       raise ValueError(
           f"tokens length ({length}) exceeds the cache capacity max_length={cache.max_length}")
-    if not isinstance(cache.length, jax.core.Tracer) and int(cache.length) + length > (
-        cache.max_length):
+    if not evicting and not isinstance(cache.length, jax.core.Tracer) and (
+        int(cache.length) + length > cache.max_length):
       raise ValueError(
           f"cache overflow: cache.length ({int(cache.length)}) + tokens length ({length}) exceeds "
           f"the cache capacity max_length={cache.max_length}")
@@ -276,38 +308,107 @@ class Decoder(nnx.Module):
     else:
       positions = _check_batch_array("positions", positions, batch, length, allow_shared=True)
     positions = jnp.broadcast_to(positions, (batch, length))
+    if segment_ids is not None:
+      segment_ids = _check_batch_array("segment_ids", segment_ids, batch, length,
+                                       allow_shared=False)
+    if evicting:
+      return self._extend_evicting(tokens, positions, cache, segment_ids)
     start = cache.length
     cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions, (0, start))
     cache_segment_ids = cache.segment_ids
     if segment_ids is not None or cache_segment_ids is not None:
       if segment_ids is None:
         segment_ids = jnp.ones((batch, length), jnp.int32)
-      segment_ids = _check_batch_array("segment_ids", segment_ids, batch, length,
-                                       allow_shared=False)
       if cache_segment_ids is None:
         cache_segment_ids = jnp.ones(cache.positions.shape, jnp.int32)
       cache_segment_ids = jax.lax.dynamic_update_slice(cache_segment_ids, segment_ids,
                                                        (0, start))
-    implementation = self._implementation(self.config.attention, length)
-    x = self._embed(tokens, positions)
-    biases = self._shared_biases(positions, cache_positions, implementation)
-    keys, values, features = [], [], []
-    cache_features = cache.features or (None,) * len(self.blocks)
-    for block, index, layer_keys, layer_values, layer_features in zip(
-        self.blocks, self.layer_pe, cache.keys, cache.values, cache_features):
-      x, layer_keys, layer_values, layer_features = block.extend(
-          x, pe=self.pes[index], positions=positions, cache_positions=cache_positions,
-          keys=layer_keys, values=layer_values, length=start, bias=biases[index],
-          implementation=implementation, features=layer_features, segment_ids=segment_ids,
-          cache_segment_ids=cache_segment_ids)
-      keys.append(layer_keys)
-      values.append(layer_values)
-      features.append(layer_features)
+    x, layers = self._run_blocks(tokens, positions, cache_positions,
+                                 [cache.layer(i) for i in range(len(self.blocks))], start,
+                                 segment_ids, cache_segment_ids)
     logits = self._logits(x)
     # dynamic_update_slice clamps an overflowing write silently: poison the logits instead.
     logits = jnp.where(start + length > cache.max_length, jnp.nan, logits)
-    return logits, KVCache(tuple(keys), tuple(values), cache_positions, start + length,
-                           tuple(features), cache_segment_ids)
+    return logits, cache.with_layers(layers, positions=cache_positions, length=start + length,
+                                     segment_ids=cache_segment_ids)
+
+  def _run_blocks(self, tokens, positions, cache_positions, layer_caches, start, segment_ids,
+                  cache_segment_ids):
+    """Embeds the new tokens and runs every block over its layer cache (KV-cache form)."""
+    implementation = self._implementation(self.config.attention, tokens.shape[1])
+    x = self._embed(tokens, positions)
+    biases = self._shared_biases(positions, cache_positions, implementation)
+    layers = []
+    for block, index, layer_cache in zip(self.blocks, self.layer_pe, layer_caches):
+      x, layer_cache = block.extend(
+          x, pe=self.pes[index], positions=positions, cache_positions=cache_positions,
+          layer_cache=layer_cache, length=start, bias=biases[index],
+          implementation=implementation, segment_ids=segment_ids,
+          cache_segment_ids=cache_segment_ids)
+      layers.append(layer_cache)
+    return x, layers
+
+  def _extend_evicting(self, tokens: jax.Array, positions: jax.Array, cache: KVCache,
+                       segment_ids: Optional[jax.Array]) -> tuple[jax.Array, KVCache]:
+    """``eviction="window"`` / ``"sinks"``: attend over the chronological view of the cache
+    plus the new tokens, then write back the tokens that stay (:mod:`pejax.nn.kv_eviction`)."""
+    batch, length = tokens.shape
+    slots, sinks = cache.max_length, cache.sink_tokens
+    source, valid = kv_eviction.chronological_view(cache.length, capacity=slots,
+                                                   sink_tokens=sinks)
+
+    def view(array, new):  # [B, T, ...] cache array -> [B, T + L, ...] view + new entries.
+      return jnp.concatenate([kv_eviction.gather_slots(array, source), new.astype(array.dtype)],
+                             axis=1)
+
+    new_segments = (jnp.ones((batch, length), jnp.int32) if segment_ids is None
+                    else segment_ids)
+    old_segments = (jnp.ones((batch, slots), jnp.int32) if cache.segment_ids is None
+                    else cache.segment_ids)
+    k_segments = view(old_segments, new_segments)
+    k_segments = jnp.where(jnp.concatenate([valid, jnp.ones((length,), bool)])[None, :],
+                           k_segments, 0)
+    text_positions = view(cache.positions, positions)
+    if cache.eviction == "sinks":  # Rank in text order among this row's tokens.
+      ranks = jnp.maximum(jnp.cumsum((k_segments != 0).astype(jnp.int32), axis=1) - 1, 0)
+      k_positions = ranks.astype(jnp.int32)
+      q_positions = k_positions[:, slots:]
+    else:
+      k_positions, q_positions = text_positions, positions
+    layer_views = []
+    for i in range(len(self.blocks)):
+      layer = cache.layer(i)
+
+      def grow(array):  # View + zero slots for the new tokens (written by the layer).
+        if array is None:
+          return None
+        blank = jnp.zeros((batch, length) + array.shape[2:], array.dtype)
+        return view(array, blank)
+
+      features = None if layer.features is None else (
+          grow(layer.features) * jnp.concatenate(
+              [valid, jnp.zeros((length,), bool)]).reshape(
+                  (1, -1) + (1,) * (layer.features.ndim - 2)).astype(layer.features.dtype))
+      layer_views.append(LayerCache(grow(layer.keys), grow(layer.values),
+                                    grow(layer.key_scales), grow(layer.value_scales), features))
+    x, layers = self._run_blocks(tokens, q_positions, k_positions, layer_views, slots,
+                                 new_segments, k_segments)
+    logits = self._logits(x)
+    written, index = kv_eviction.written_slots(cache.length, length, capacity=slots,
+                                               sink_tokens=sinks)
+
+    def write(old, combined):
+      if old is None:
+        return None
+      return kv_eviction.write_slots(old, combined[:, slots:], written, index)
+
+    updated = [LayerCache(*(write(o, c) for o, c in zip(cache.layer(i), layers[i])))
+               for i in range(len(self.blocks))]
+    segments = None if cache.segment_ids is None and segment_ids is None else (
+        kv_eviction.write_slots(old_segments, new_segments, written, index))
+    return logits, cache.with_layers(
+        updated, positions=kv_eviction.write_slots(cache.positions, positions, written, index),
+        length=cache.length + length, segment_ids=segments)
 
   # ----------------------------------------------------------------------------------------------
   # Shared pieces.

@@ -45,24 +45,21 @@ class DecoderBlock(nnx.Module):
     x = x + self.attention(self.attention_norm(x), **attention_kwargs)
     return x + self.mlp(self.mlp_norm(x))
 
-  def extend(self, x: jax.Array, **attention_kwargs: Any) -> tuple[jax.Array, jax.Array,
-                                                                   jax.Array, Any]:
-    """KV-cache form: returns ``(x, keys, values, features)`` (see :meth:`SelfAttention.extend`).
+  def extend(self, x: jax.Array, **attention_kwargs: Any) -> tuple[jax.Array, Any]:
+    """KV-cache form: returns ``(x, layer_cache)`` (see :meth:`SelfAttention.extend`).
 
     Axes as in :mod:`pejax.nn.kv_cache`: T cache capacity, K key/value heads, D head dim.
 
     Args:
       x: ``[B, L, E]`` residual stream of the L new tokens.
       **attention_kwargs: keyword arguments of :meth:`SelfAttention.extend` (``pe``,
-        ``positions`` ``[B, L]``, ``cache_positions`` ``[B, T]``, this layer's ``keys`` and
-        ``values`` ``[B, T, K, D]``, ``length``, ``bias``, ``implementation``, ``features``).
+        ``positions`` ``[B, L]``, ``cache_positions`` ``[B, T]``, this layer's ``layer_cache``
+        (:class:`~pejax.nn.kv_cache.LayerCache`), ``length``, ``bias``, ``implementation``).
 
     Returns:
-      ``(x [B, L, E], keys [B, T, K, D], values [B, T, K, D], features)``: the new tokens'
-      residual stream and the layer's cache with them written at slots ``length .. length + L -
-      1`` (``features``: the content-aware PE's key features ``[B, T, ...]`` or ``None``).
+      ``(x [B, L, E], layer_cache)``: the new tokens' residual stream and the layer's cache with
+      them written at slots ``length .. length + L - 1``.
     """
-    attended, keys, values, features = self.attention.extend(self.attention_norm(x),
-                                                             **attention_kwargs)
+    attended, layer_cache = self.attention.extend(self.attention_norm(x), **attention_kwargs)
     x = x + attended
-    return x + self.mlp(self.mlp_norm(x)), keys, values, features
+    return x + self.mlp(self.mlp_norm(x)), layer_cache

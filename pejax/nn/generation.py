@@ -108,7 +108,8 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
              temperature: float = 0.0, top_k: Optional[int] = None,
              top_p: Optional[float] = None, rng: Optional[jax.Array] = None,
              prompt_mask: Any = None, stop_tokens: Sequence[int] = (),
-             pad_token: int = 0) -> jax.Array:
+             pad_token: int = 0, cache_dtype: Any = None, cache_eviction: str = "none",
+             cache_size: Optional[int] = None, sink_tokens: int = 0) -> jax.Array:
   """Generates ``max_new_tokens`` tokens after each prompt (jitted prefill + decode loop).
 
   Args:
@@ -124,13 +125,22 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
     stop_tokens: token ids that end a row (the stop token is emitted; the rest of the row is
       ``pad_token``). Generation stops early when every row has stopped.
     pad_token: id written for the padding of ragged prompts and after a row's stop token.
+    cache_dtype: storage of the KV cache (:meth:`~pejax.nn.Decoder.init_cache`): ``None`` (the
+      compute dtype), a float dtype, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``).
+    cache_eviction: ``"none"`` (a cache of ``L + N`` slots), ``"window"`` (a ring buffer of
+      ``cache_size`` slots) or ``"sinks"`` (``sink_tokens`` first tokens plus a ring of recent
+      ones, positions assigned within the cache: StreamingLLM).
+    cache_size: slots of the cache; ``None`` = ``L + N`` (required for the evicting kinds).
+    sink_tokens: S for ``cache_eviction="sinks"``.
 
   Returns:
     int32 ``[B, N]``, the new tokens of each row (prompts not included).
 
   Raises:
     ValueError: naming the argument, for a bad prompt, mask, count, temperature, top-k / top-p,
-      a missing ``rng`` when sampling, or token ids outside the vocabulary.
+      a missing ``rng`` when sampling, token ids outside the vocabulary, or a cache setting
+      :meth:`~pejax.nn.Decoder.init_cache` rejects (or a ``cache_size`` below ``L + N`` without
+      eviction).
   """
   from pejax.nn.decoder import Decoder  # pylint: disable=g-import-not-at-top
   if not isinstance(model, Decoder):
@@ -163,23 +173,44 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
                      f"{tokens.min()} and max {tokens.max()}")
   if rng is None:
     rng = jax.random.PRNGKey(0)
+  needed = tokens.shape[1] + max_new_tokens
+  if cache_size is None:
+    if cache_eviction != "none":
+      raise ValueError(f"cache_size must be given for cache_eviction={cache_eviction!r} (the "
+                       "slots of the ring buffer), got None")
+    cache_size = needed
+  cache_size = arg_checks.check_positive_int("cache_size", cache_size)
+  if cache_eviction == "none" and cache_size < needed:
+    raise ValueError(f"cache_size ({cache_size}) must hold the prompt and the new tokens "
+                     f"({tokens.shape[1]} + {max_new_tokens} = {needed}) without eviction; "
+                     "use cache_eviction='window' or 'sinks' for a smaller cache")
+  # Validates the cache settings now (not inside the trace), with a one-row cache.
+  cache_kind = dict(dtype=cache_dtype, eviction=cache_eviction, sink_tokens=sink_tokens)
+  try:
+    model.init_cache(1, cache_size, **cache_kind)
+  except ValueError as error:
+    raise ValueError(f"cache settings (cache_dtype={cache_dtype!r}, cache_eviction="
+                     f"{cache_eviction!r}, cache_size={cache_size}, sink_tokens={sink_tokens}): "
+                     f"{error}") from None
   graphdef, state = nnx.split(model)
   # Stop ids are an argument, not a constant of the program (-1: no stop token), so that other
   # stop tokens reuse the compilation.
   stop_array = jnp.asarray(stops or (-1,), jnp.int32)
   return _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), rng, stop_array,
                    max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                   top_p=None if top_p is None else float(top_p), pad_token=pad_token)
+                   top_p=None if top_p is None else float(top_p), pad_token=pad_token,
+                   cache_size=cache_size, cache_kind=tuple(sorted(cache_kind.items())))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
-                                             "top_k", "top_p", "pad_token"))
+                                             "top_k", "top_p", "pad_token", "cache_size",
+                                             "cache_kind"))
 def _generate(graphdef, state, tokens, mask, rng, stops, *, max_new_tokens, temperature, top_k,
-              top_p, pad_token):
+              top_p, pad_token, cache_size, cache_kind):
   model = nnx.merge(graphdef, state)
   batch, prompt_len = tokens.shape
   positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
-  cache = model.init_cache(batch, prompt_len + max_new_tokens)
+  cache = model.init_cache(batch, cache_size, **dict(cache_kind))
   logits, cache = model.prefill(tokens, positions, cache, segment_ids=mask)
   next_position = jnp.sum(mask, axis=1).astype(jnp.int32)  # [B]: n_i.
   sample = functools.partial(sample_logits, temperature=temperature, top_k=top_k, top_p=top_p)

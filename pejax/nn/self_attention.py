@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention, bias_as_function
+from pejax.nn.kv_cache import LayerCache
 from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
@@ -195,9 +196,8 @@ class SelfAttention(nnx.Module):
     return self._merge_heads(out)
 
   def extend(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
-             cache_positions: jax.Array, keys: jax.Array, values: jax.Array, length: jax.Array,
-             bias: Bias, implementation: str, features=None,
-             segment_ids: Optional[jax.Array] = None,
+             cache_positions: jax.Array, layer_cache: LayerCache, length: jax.Array,
+             bias: Bias, implementation: str, segment_ids: Optional[jax.Array] = None,
              cache_segment_ids: Optional[jax.Array] = None):
     """Appends ``L`` tokens to this layer's cache and attends over everything cached so far.
 
@@ -206,34 +206,34 @@ class SelfAttention(nnx.Module):
       pe: this layer's positional encoding.
       positions: int32 ``[B, L]`` positions of the new tokens.
       cache_positions: int32 ``[B, T]`` positions of all cache slots, new tokens included.
-      keys: ``[B, T, K, D]`` cached keys (rotated iff ``cache_rotated_keys``).
-      values: ``[B, T, K, D]`` cached values.
-      length: int32 scalar, filled slots before the new tokens.
+      layer_cache: this layer's keys / values ``[B, T, K, D]`` (rotated iff
+        ``cache_rotated_keys``; int8 / fp8 with float32 ``[B, T, K]`` scales when quantized) and
+        cached key features ``[B, T, ...]`` (content-aware PEs) or ``None``.
+      length: int32 scalar, the slot of the first new token (the filled slots before it).
       bias: the shared PE bias over ``(positions, cache_positions)`` or ``None``.
       implementation: ``"dense"`` or ``"blockwise"``.
-      features: this layer's cached key features ``[B, T, ...]`` (content-aware PEs) or
-        ``None``.
       segment_ids: optional int32 ``[B, L]`` segment of each new token (0 = padding); given
         together with ``cache_segment_ids``.
       cache_segment_ids: optional int32 ``[B, T]`` segment of every slot, new tokens included.
 
     Returns:
-      ``(out [B, L, E], keys, values, features)`` with the new tokens written at slots
-      ``length .. length + L - 1``.
+      ``(out [B, L, E], layer_cache)`` with the new tokens written at slots
+      ``length .. length + L - 1`` (quantized first for a quantized cache: attention reads back
+      what the cache holds, so a prefill scores the tokens as later decoding steps see them).
     """
     q, k, v = self._project(x)
     if self.cache_rotated_keys and pe.has_rotate:
       q, k = pe.rotate(q, k, positions, positions)
-    keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), (0, length, 0, 0))
-    values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), (0, length, 0, 0))
-    visible_keys = keys
+    layer_cache = layer_cache.write(k, v, length)
+    keys, values = layer_cache.read(q.dtype)
     if not self.cache_rotated_keys and pe.has_rotate:  # Rotate every cached key for now.
-      q, visible_keys = pe.rotate(q, keys, positions, cache_positions)
+      q, keys = pe.rotate(q, keys, positions, cache_positions)
     q = self._scale_queries(q, positions)
+    features = layer_cache.features
     out, features = self._attend(
-        q, visible_keys, values, pe=pe, x=x, q_positions=positions, k_positions=cache_positions,
+        q, keys, values, pe=pe, x=x, q_positions=positions, k_positions=cache_positions,
         bias=bias, implementation=implementation,
         cache=None if features is None else (features, length), q_offset=length,
         kv_length=length + x.shape[1], q_segment_ids=segment_ids,
         k_segment_ids=cache_segment_ids)
-    return self._merge_heads(out), keys, values, features
+    return self._merge_heads(out), layer_cache._replace(features=features)

@@ -75,6 +75,20 @@ class ConfigMappingTest(absltest.TestCase):
     hf["use_sliding_window"] = False
     self.assertIsNone(pejax.hf.decoder_config_from_hf(hf).sliding_window)
 
+  def test_real_config_files_without_rope_theta_or_with_use_mrope(self):
+    # meta-llama/Llama-2-7b-hf's config.json has no rope_theta (transformers: 10000.0);
+    # Qwen/Qwen2.5-* config.json files carry "use_mrope": false.
+    hf = {"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+          "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": None}
+    self.assertEqual(pejax.hf.decoder_config_from_hf(hf).pe.base, 10000.0)
+    self.assertEqual(pejax.hf.decoder_config_from_hf({**hf, "rope_theta": 5e5}).pe.base, 5e5)
+    qwen = {**hf, "model_type": "qwen2", "use_mrope": False, "use_sliding_window": False}
+    self.assertEqual(pejax.hf.decoder_config_from_hf(qwen).pe.base, 10000.0)
+    with self.assertRaisesRegex(ValueError, "'use_mrope' = True"):
+      pejax.hf.decoder_config_from_hf({**qwen, "use_mrope": True})
+    with self.assertRaisesRegex(ValueError, "'use_mrope'"):  # Unknown outside qwen2.
+      pejax.hf.decoder_config_from_hf({**hf, "use_mrope": False})
+
 
 class DtypeTest(absltest.TestCase):
 
