@@ -86,6 +86,34 @@ class OracleWindowsTest(absltest.TestCase):
       streaming_llm.Settings(**{**SETTINGS.__dict__, "sink_tokens": 16})
 
 
+class StreamTest(absltest.TestCase):
+  """The chunked decode stream feeds each token at its position and scores the next one."""
+
+  def test_window_stream_equals_a_sliding_window_forward_pass(self):
+    import dataclasses  # pylint: disable=g-import-not-at-top
+    model, text = _model("rope"), _text(48)
+    nll = streaming_llm.stream_nll(model, text, cache_size=8, eviction="window", chunk=16,
+                                   log=lambda _: None)
+    # A ring of 8 slots: each token attends to the 8 cached ones and itself.
+    windowed = Decoder(dataclasses.replace(model.config, sliding_window=9), rngs=nnx.Rngs(1))
+    nnx.update(windowed, nnx.state(model))
+    np.testing.assert_allclose(nll, streaming_llm.full_nll(windowed, text, 48), atol=1e-4)
+    # Without a window the later queries see more: the numbers differ (the test can fail).
+    self.assertGreater(np.max(np.abs(nll - streaming_llm.full_nll(model, text, 48))), 1e-3)
+
+  def test_sinks_stream_equals_a_forward_pass_over_the_kept_tokens(self):
+    # One layer: a sinks step equals a forward pass over sinks + recent tokens at positions
+    # 0..T (deeper layers' cached values were computed with other contexts).
+    model, text = _model("alibi", layers=1), _text(32)
+    nll = streaming_llm.stream_nll(model, text, cache_size=8, eviction="sinks", sink_tokens=2,
+                                   chunk=16, log=lambda _: None)
+    for query in (8, 20, 31):
+      kept = np.concatenate([text[:2], text[max(2, query - 6):query + 1]])
+      expected = streaming_llm.full_nll(
+          model, np.concatenate([kept, text[query + 1:query + 2]]), kept.shape[0])[-1]
+      self.assertAlmostEqual(float(nll[query]), float(expected), places=4)
+
+
 class FirstTokenAttentionTest(parameterized.TestCase):
 
   @parameterized.named_parameters(("rope", "rope"), ("alibi", "alibi"))
