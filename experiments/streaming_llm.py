@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -59,6 +60,12 @@ FLAT_RATIO = 1.10  # Sinks "stay flat": <= 1.10 x the re-computation oracle, ear
 DEGRADE_RATIO = 1.5  # The full cache "degrades" past L: >= 1.5 x the oracle there.
 EXTRAPOLATE_RATIO = 1.10  # ALiBi "extrapolates": full cache <= 1.10 x the oracle past L.
 SINK_MASS = 0.2  # "A sink formed": some layer past the first puts >= 20% of attention on token 0.
+SINK_NOTE = (
+    "Likely reason at this scale: these byte-level models (1M parameters, 2.9M training tokens "
+    "in random crops of the corpus) attend mostly to recent bytes, and nothing in training made "
+    "the first position special enough to become a no-op target for surplus attention; the "
+    "sinks StreamingLLM describes were measured in billion-parameter models trained on trillions "
+    "of tokens. With ALiBi, the distance penalty alone keeps late queries off the first token.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -442,6 +449,14 @@ def summarize(nll: Mapping[str, np.ndarray], settings: Settings) -> Dict[str, Di
   return out
 
 
+def window_sinks_gap(policies: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
+  """Largest ``|window / sinks - 1|`` over the buckets, in percent (one PE's summary)."""
+  gaps = [abs(w["perplexity"] / s["perplexity"] - 1.0) * 100.0
+          for w, s in zip(policies["window"]["buckets"], policies["sinks"]["buckets"])
+          if w["perplexity"] and s["perplexity"]]
+  return max(gaps) if gaps else None
+
+
 def agreement_before_eviction(nll: Mapping[str, np.ndarray], cache_size: int) -> Dict[str, float]:
   """policy -> max |NLL - full's NLL| over the first ``cache_size`` queries (nothing evicted yet:
   every policy is the same computation there)."""
@@ -480,9 +495,11 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
     get = lambda policy, name, r=r: r.get(policy, {}).get(name)
     masses = list((sink_mass or {}).get(pe, ()))
     late = max(masses[1:]) if len(masses) > 1 else None
+    uniform = uniform_first_token_mass(settings.cache_size, min_query=settings.cache_size // 2)
     sink_note = ("" if late is None else
-                 f"Attention on the first token (fresh windows of {settings.cache_size}, layers "
-                 f"2+, max over layers): {fmt(late, 3)}.")
+                 f"Measured: the mean attention on the first token in layers 2+ is at most "
+                 f"{late:.1e} (fresh windows of {settings.cache_size}; uniform attention would "
+                 f"give {uniform:.1e}).")
     w, s = get("window", "evicted"), get("sinks", "evicted")
     out.append(study_report.verdict(
         f"{pe}: window attention collapses once the first tokens are evicted (Xiao et al. 2023, "
@@ -525,8 +542,9 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
           "Fig. 2: beyond the bottom layers most attention goes to the initial token)",
           f"some layer past the first puts >= {SINK_MASS} of its attention (mean over heads and "
           f"queries >= {settings.cache_size // 2}) on token 0",
-          "per layer " + ", ".join(fmt(m, 3) for m in masses),
-          lambda late=late: late >= SINK_MASS))
+          "per layer " + ", ".join(f"{m:.1e}" for m in masses)
+          + f" (uniform attention: {uniform:.1e})",
+          lambda late=late: late >= SINK_MASS, note_if_not_held=SINK_NOTE))
   return out
 
 
@@ -600,8 +618,9 @@ def plot(path, summary: Mapping[str, Mapping[str, Any]], settings: Settings) -> 
   from pejax.eval.report import set_readable_log_ticks  # pylint: disable=g-import-not-at-top
   pes = list(summary)
   fig, axes = plt.subplots(1, len(pes), figsize=(6 * len(pes), 4.2), squeeze=False)
-  styles = {"window": ("tab:red", "-"), "sinks": ("tab:green", "-"),
-            "full": ("tab:blue", "--"), "recompute": ("black", ":")}
+  # window and sinks can coincide: window is drawn wide and pale underneath.
+  styles = {"window": ("tab:red", "-", 4.0, 0.45), "sinks": ("tab:green", "-", 1.5, 1.0),
+            "full": ("tab:blue", "--", 1.5, 1.0), "recompute": ("black", ":", 1.5, 1.0)}
   labels = {"window": f"window ({settings.cache_size})",
             "sinks": (f"sinks ({settings.sink_tokens} + "
                       f"{settings.cache_size - settings.sink_tokens})"),
@@ -616,8 +635,8 @@ def plot(path, summary: Mapping[str, Mapping[str, Any]], settings: Settings) -> 
       xs = [(b["start"] + b["end"]) / 2 for b in buckets]
       ys = [b["perplexity"] for b in buckets]
       values += ys
-      color, style = styles[policy]
-      ax.plot(xs, ys, style, color=color, label=labels[policy], linewidth=1.5)
+      color, style, width, alpha = styles[policy]
+      ax.plot(xs, ys, style, color=color, label=labels[policy], linewidth=width, alpha=alpha)
     ax.axvline(settings.cache_size, color="gray", linewidth=0.8)
     ax.text(settings.cache_size, 1.0, f" cache = L = {settings.cache_size}", color="gray",
             fontsize=7, transform=ax.get_xaxis_transform(), va="top")
@@ -632,10 +651,11 @@ def plot(path, summary: Mapping[str, Mapping[str, Any]], settings: Settings) -> 
     for ax in axes[0]:
       ax.set_ylim(min(finite) * 0.9, max(finite) * 1.1)
       set_readable_log_ticks(ax.yaxis, min(finite) * 0.9, max(finite) * 1.1)
-  axes[0][0].legend(fontsize=7, loc="upper left")
+  handles, names = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
   fig.suptitle(f"Streaming {settings.stream_tokens} tokens through a {settings.cache_size}-slot "
                "KV cache", fontsize=10)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0.07, 1, 1))
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
@@ -688,20 +708,23 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       f"{settings.recompute_stride} queries. Positions on the x axis are the query's (the last "
       f"token in context); buckets of {settings.bucket}. Unigram perplexity of the corpus: "
       f"{study_report.fmt(math.exp(unigram) if unigram else None)}.")
-  header = ["PE", "policy"] + [f"queries {range_label(n, settings)}"
-                               for n in ("first", "second", "tail", "evicted", "past_L")]
+  names = []  # Ranges in table order, without duplicates (past_L = evicted when F = N, C = L).
+  for name in ("first", "second", "tail", "evicted", "past_L"):
+    if summary_ranges(settings)[name] not in [summary_ranges(settings)[n] for n in names]:
+      names.append(name)
+  header = ["PE", "policy"] + [f"queries {range_label(n, settings)}" for n in names]
   rows = []
   for pe, policies in summary.items():
     for policy in POLICIES:
       if policy in policies:
         ranges = policies[policy]["ranges"]
-        rows.append([pe, policy] + [study_report.fmt(ranges[n])
-                                    for n in ("first", "second", "tail", "evicted", "past_L")])
-  report.table(header, rows, caption=(
-      f"**Mean perplexity by query range** (`{range_label('first', settings)}`: nothing "
-      f"evicted yet; `{range_label('tail', settings)}`: the last "
-      f"{_k(settings.tail_tokens)}; `full` covers only its first {_k(settings.full_tokens)}: "
-      "n/a beyond)"))
+        rows.append([pe, policy] + [study_report.fmt(ranges[n]) for n in names])
+  caption = (f"**Mean perplexity by query range** (`{range_label('first', settings)}`: nothing "
+             f"evicted yet; `{range_label('tail', settings)}`: the last "
+             f"{_k(settings.tail_tokens)}")
+  if settings.full_tokens < settings.stream_tokens:
+    caption += f"; `full` covers only the first {_k(settings.full_tokens)}: n/a beyond"
+  report.table(header, rows, caption=caption + ")")
   png = plot(workdir / "streaming_perplexity.png", summary, settings)
   report.image(png, "perplexity vs position, per cache policy")
   pes = list(summary)
@@ -718,13 +741,16 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                      else "")
     bucket_rows.append(row)
   report.table(bucket_header, bucket_rows, caption="**Perplexity per bucket**")
+  report.text("Largest difference between `window` and `sinks` in any bucket: " + "; ".join(
+      f"{pe} {study_report.fmt(window_sinks_gap(summary[pe]), 2)}%" for pe in pes
+      if "window" in summary[pe] and "sinks" in summary[pe]) + ".")
   masses_uniform = uniform_first_token_mass(c, min_query=c // 2)
   report.table(
       ["PE"] + [f"layer {i + 1}" for i in range(len(next(iter(sink_mass.values()))))],
-      [[pe] + [study_report.fmt(m, 3) for m in masses] for pe, masses in sink_mass.items()],
+      [[pe] + [f"{m:.1e}" for m in masses] for pe, masses in sink_mass.items()],
       caption=(f"**Attention on the first token** (mean over heads and queries {c // 2}.."
                f"{c - 1} of {settings.sink_windows} fresh windows of {c} tokens; uniform "
-               f"attention would give {study_report.fmt(masses_uniform, 4)})"))
+               f"attention would give {masses_uniform:.1e})"))
   report.table(
       ["PE"] + [f"{p} vs full" for p in ("window", "sinks", "recompute")],
       [[pe] + [f"{agreement[pe].get(p, float('nan')):.1e}"
@@ -737,10 +763,13 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       n = summary[pe][p]["tokens"]
       compute_rows.append([pe, p, n, f"{seconds[pe][p]:.0f}",
                            f"{n / max(seconds[pe][p], 1e-9):.0f}"])
+  total = sum(v for by_policy in seconds.values() for v in by_policy.values())
   report.table(["PE", "policy", "tokens scored", "wall s", "tokens/s"], compute_rows,
-               caption=(f"**Compute** ({study_report.machine()}; cached results are not "
-                        "recomputed on a re-run). Reproduce: `"
-                        + options.command_line() + "`"))
+               caption=(f"**Compute** ({study_report.machine()}; load average "
+                        f"{os.getloadavg()[0]:.1f} at the end): {total / 60:.1f} min for the "
+                        "measurements below, timed when they were computed (a re-run reuses them from the run "
+                        "directories; the header's wall time is that of the last run). "
+                        "Reproduce: `" + options.command_line() + "`"))
   train_rows = [[pe, info.steps, study_report.fmt(info.train_loss, 3),
                  study_report.fmt(info.valid_loss, 3), info.train_time()]
                 for pe, (_, info) in models.items()]

@@ -47,6 +47,12 @@ class BucketingTest(absltest.TestCase):
     self.assertEqual(streaming_llm.range_perplexity(nll, 0, 64), 1.0)
     self.assertIsNone(streaming_llm.range_perplexity(nll, 32, 65))
 
+  def test_window_sinks_gap_is_the_largest_bucket_difference(self):
+    make = lambda ppls: {"buckets": [{"perplexity": p} for p in ppls]}
+    gap = streaming_llm.window_sinks_gap({"window": make([5.0, 6.6, 4.0]),
+                                          "sinks": make([5.0, 6.0, 4.1])})
+    self.assertAlmostEqual(gap, 10.0)
+
   def test_summary_ranges(self):
     ranges = streaming_llm.summary_ranges(SETTINGS)
     self.assertEqual(ranges, {"first": (0, 16), "second": (16, 32), "tail": (64, 128),
