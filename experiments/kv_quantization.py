@@ -1,8 +1,10 @@
 r"""Perplexity with a quantized KV cache: float32 vs bfloat16 vs int8 vs fp8 at 1-8x L.
 
-    python -m experiments.kv_quantization --quick     # tiny models, L=128: indicative
-    python -m experiments.kv_quantization             # the streaming_llm models (L=1024)
+    python -m experiments.kv_quantization --quick     # tiny models, L=128: indicative, < 1 min
+    python -m experiments.kv_quantization             # the streaming_llm models (L=1024): 3 min
     python launch.py --study=kv_quantization --quick
+
+(2 CPU cores; the models are the ``streaming_llm`` study's, trained first if absent: 22 min.)
 
 The RoPE and ALiBi decoders of the ``streaming_llm`` study (reused from its runs directory, or
 trained with the same settings) score the validation split in disjoint windows of 1x, 2x, 4x and

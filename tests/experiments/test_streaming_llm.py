@@ -185,7 +185,7 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual([v.status for v in rope], [study_report.NOT_HELD] * 4)
     collapse = rope[0]
     self.assertIn("no strong attention sink", collapse.note)
-    self.assertIn("0.100", collapse.note)  # The measured mass is quoted.
+    self.assertIn("1.0e-01", collapse.note)  # The measured mass is quoted.
 
   def test_margin_is_inclusive_and_missing_numbers_are_not_measurable(self):
     verdicts = streaming_llm.verdicts(_summary(window=7.5, sinks=5.0, oracle=5.0, full=7.5),
