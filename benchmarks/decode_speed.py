@@ -211,7 +211,7 @@ def run(args, *, log=print) -> dict:
       f"timed call). Above {s['generate_max_context']} tokens of context only the decode loop "
       "is timed (each `generate` call would re-run a long prefill). Cache bytes: sum of the "
       "cache arrays' `nbytes` for context + N + 1 tokens (keys, values, scales, positions, "
-      "bookkeeping).",
+      "bookkeeping). n/a: t(N + 1) <= t(1), the prefill's noise exceeded N decode steps.",
       "",
       "| context | cache kind | slots | cache MiB | decode tok/s (generate) | decode tok/s "
       "(decode loop) | ms / token (loop) | prefill s |",

@@ -566,7 +566,7 @@ def measure(info: study_report.RunInfo, config: ml_collections.ConfigDict, text:
   base_key = {"stream_tokens": settings.stream_tokens, "steps": info.steps,
               "text_sha": _digest(text)}
 
-  def timed(policy, compute):
+  def timed(compute):
     def run_and_time():
       started = time.time()
       values = compute()
@@ -601,7 +601,7 @@ def measure(info: study_report.RunInfo, config: ml_collections.ConfigDict, text:
   for policy in jobs:  # The forward passes first: they need no cache.
     key, compute = jobs[policy]
     value = study_report.cached(info.run_dir / f"study_{STUDY}_{policy}.json",
-                                {**base_key, **key, "policy": policy}, timed(policy, compute))
+                                {**base_key, **key, "policy": policy}, timed(compute))
     out["nll"][policy] = np.asarray(value["nll"], np.float32)
     out["seconds"][policy] = value["seconds"]
     log(f"  {pe} {policy}: {len(value['nll'])} tokens, ppl "
