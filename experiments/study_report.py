@@ -594,6 +594,8 @@ class Report:
     # Non-empty (e.g. "1 seed, 800 steps"): verdicts are printed as indicative, never as a bold
     # held / did not hold. Quick mode is always indicative.
     self.indicative = "quick mode" if options.quick else ""
+    # Who decides the indicative verdicts (the last line of the verdict section).
+    self.decided_by = "the full run (3 seeds, to convergence)"
 
   def add_runs(self, runs: Sequence[RunInfo]) -> None:
     """Records the trained models (their training time goes into the header)."""
@@ -641,8 +643,7 @@ class Report:
     held = sum(v.held is True for v in self.verdicts)
     if self.indicative:
       lines += ["", f"Indicative only ({self.indicative}): {held} of {len(self.verdicts)} "
-                "expectations pointed the expected way; the full run (3 seeds, to convergence) "
-                "decides."]
+                f"expectations pointed the expected way; {self.decided_by} decides."]
     else:
       lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
     return "\n".join(lines) + "\n"
