@@ -59,6 +59,7 @@ ALIASES = {
     "sliding_window": "model.sliding_window",
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
+    "pes": "study.pes",
     "eval_rope_scaling": "eval.rope_scaling", "init_from_hf": "train.init_from_hf",
 }
 # Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
@@ -120,6 +121,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_list("eval_lens", None, "Alias of --config.eval.lens.", **fv)
   flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
   flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
+  flags.DEFINE_list("pes", None, "Alias of --config.study.pes (with --study): the PE variants "
+                    "an algorithmic study runs, e.g. rope,alibi,rope+randomized.", **fv)
   _define_mesh_flags(fv)
 
 
@@ -213,11 +216,20 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
   except ValueError:
     raise app.UsageError(f"seeds must be comma-separated integers, got "
                          f"{config.study.seeds!r}") from None
+  pes = tuple(p.strip() for p in str(config.study.get("pes", "") or "").split(",") if p.strip())
   options = study_report.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
-      runs_dir=str(config.study.runs_dir or ""), seeds=seeds,
+      runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes,
       overrides={p: v for p, v in overrides.items() if not p.startswith("study.")})
-  importlib.import_module(f"experiments.{name}").run(options)
+  module = importlib.import_module(f"experiments.{name}")
+  if pes and not getattr(module, "SELECTS_PES", False):
+    raise app.UsageError(f"--pes only applies to the studies that sweep PE variants "
+                         f"(length_generalization, ruoss_suite, kazemnejad_suite, "
+                         f"content_tasks), not --study={name}")
+  try:
+    module.run(options)
+  except study_report.StudyOptionError as e:
+    raise app.UsageError(str(e)) from None
 
 
 def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> int:

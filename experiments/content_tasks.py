@@ -37,6 +37,7 @@ from experiments.algorithmic import engine
 from pejax import runtime_env
 
 STUDY = "content_tasks"
+SELECTS_PES = True  # --pes runs a subset of the PE variants (partial runs).
 # task -> (largest training size, test sizes).
 TASKS = {
     "flip_flop": (20, (30, 40, 60, 80)),

@@ -33,6 +33,7 @@ from experiments.algorithmic import engine
 from pejax import runtime_env
 
 STUDY = "kazemnejad_suite"
+SELECTS_PES = True  # --pes runs a subset of the PE variants (partial runs).
 TASKS = ("copy", "reverse", "addition", "sort_digits", "sum_digits", "parity")
 TRAIN_MAX = {"addition": 5}  # Default 10.
 PUBLISHED_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}

@@ -36,6 +36,7 @@ from experiments.algorithmic import engine
 from pejax import runtime_env
 
 STUDY = "length_generalization"
+SELECTS_PES = True  # --pes runs a subset of the PE variants (partial runs).
 TASKS = ("copy", "reverse")
 TRAIN_MAX = 8  # Largest training string size.
 QUICK_TRAIN_MAX = 6
@@ -149,7 +150,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   """
   started = time.time()
   base = base_config(options)
-  settings = settings or settings_for(options, base)
+  settings = engine.select_variants(settings or settings_for(options, base), options.pes)
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)

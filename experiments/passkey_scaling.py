@@ -3,6 +3,7 @@ r"""Passkey retrieval beyond the training length: zero-shot RoPE scalings and sh
     python -m experiments.passkey_scaling --quick       # L=128, 1 seed: indicative
     python -m experiments.passkey_scaling               # L=256, 3 seeds
     python launch.py --study=passkey_scaling --quick
+    python launch.py --study=passkey_scaling --init_from_hf=<hf dir>   # a pretrained model
 
 A scaling can only be judged on a model that retrieves at its training length and whose
 retrieval skill does not depend on the amount of filler it saw. So (the YaRN paper's protocol,
@@ -18,6 +19,13 @@ at toy scale):
    depths 0..1.
 3. Fine-tuned: a short fine-tune at 2L with the scaling at factor 2 (PI and YaRN; plain RoPE
    fine-tuned at 2L as the control), scored at 2L and 4L (beyond the fine-tune length).
+
+With ``--init_from_hf=DIR`` (a local Hugging Face checkpoint with its ``tokenizer.json``) step 1
+is replaced by the loaded model and step 3 is skipped: the zero-shot scalings are compared on the
+natural-language passkey prompt of Mohtashami and Jaggi with the model's own tokenizer
+(:mod:`pejax.data.passkey_text`), at 1x, 2x and 4x L, where L is the checkpoint's original
+context (``original_max_position_embeddings`` of its scaling, else ``max_position_embeddings``;
+``--train_len`` sets another). That is the YaRN paper's passkey evaluation of a real model.
 
 Accuracy = exact match of the whole key (teacher forcing = greedy decoding). Verdicts compare
 seeds (a claim holds when every seed of the winner is above every seed of the loser by the
@@ -36,6 +44,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import ml_collections
@@ -261,8 +270,8 @@ def beyond(cells: Sequence[Mapping[str, Any]], train_len: int) -> Optional[float
   return sum(values) / len(values) if values else None
 
 
-def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings
-             ) -> List[study_report.Verdict]:
+def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
+             subject: str = "the trained model") -> List[study_report.Verdict]:
   """Published claims on seed spreads.
 
   Args:
@@ -270,15 +279,16 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings
       spread of the zero-shot mean accuracy over lengths > L; ``"ft_at"`` / ``"ft_beyond"`` ->
       fine-tuned scaling -> spread at the fine-tune length / beyond it.
     settings: the sweep.
+    subject: who is judged (a pretrained checkpoint instead of the study's trained models).
   """
   at_l, beyond_l = numbers["at_L"], numbers["beyond"]
   out = [study_report.verdict(
-      "Sanity: the trained model retrieves the key at its training length",
+      f"Sanity: {subject} retrieves the key at its training length",
       f"every seed's accuracy at L >= {RETRIEVES_AT_L}", engine.cell(at_l, 3),
       lambda: None if at_l["n"] == 0 else at_l["min"] >= RETRIEVES_AT_L)]
   retrieves = at_l["n"] > 0 and at_l["min"] >= RETRIEVES_AT_L
   note = "" if retrieves else (
-      "the base model did not retrieve at L in every seed, so extension beyond L is not "
+      f"{subject} did not retrieve at L (in every seed), so extension beyond L is not "
       "judged on a working retriever.")
   if "none" in beyond_l:
     out.append(study_report.verdict(
@@ -372,9 +382,130 @@ def _mean_grid(per_seed: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str
           for (l, d), v in sorted(cells.items())]
 
 
+def pretrained_context(hf_dir: str, model, overrides: Mapping[str, Any]) -> int:
+  """L of a loaded checkpoint: ``--train_len`` if given, else its original context."""
+  from pejax.hf import safetensors_files  # pylint: disable=g-import-not-at-top
+  if "data.train_len" in overrides:
+    return int(overrides["data.train_len"])
+  original = getattr(model.config.pe.scaling, "original_max_position", None)
+  if original:
+    return int(original)
+  hf_json = safetensors_files.read_json(str(pathlib.Path(hf_dir) / "config.json"), "config.json")
+  if not hf_json.get("max_position_embeddings"):
+    raise ValueError(f"{hf_dir}/config.json has no max_position_embeddings: pass --train_len "
+                     "(the context the model was trained at)")
+  return int(hf_json["max_position_embeddings"])
+
+
+def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
+                   log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """The zero-shot half of the study on a pretrained checkpoint (``--init_from_hf=DIR``)."""
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  from pejax import hf  # pylint: disable=g-import-not-at-top
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  try:
+    model = hf.from_pretrained(hf_dir)
+    tokenizer = hf.load_tokenizer(hf_dir)
+    if tokenizer.vocab_size > model.config.vocab_size:
+      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model "
+                       f"{model.config.vocab_size}")
+    L = pretrained_context(hf_dir, model, options.overrides)
+  except ValueError as e:  # launch.py prints a ConfigError as a one-line usage error.
+    raise experiment.ConfigError(f"--init_from_hf={hf_dir}: {e}") from None
+  multipliers = (1, 2) if options.quick else (1, 2, 4)
+  lengths = [L * m for m in multipliers]
+  examples = 4 if options.quick else 16
+  depths = (0.0, 0.5, 1.0) if options.quick else DEPTHS
+  label = pathlib.Path(hf_dir).resolve().name
+  workdir = options.report_dir(STUDY)
+  report = study_report.Report(f"Passkey retrieval beyond the original context of {label}: "
+                               "zero-shot RoPE scalings", study=STUDY, options=options)
+  report.indicative = f"one pretrained model, {examples} prompts per cell"
+  report.decided_by = "a full run (16 prompts per cell, 5 depths, 1x-4x L)"
+  try:  # The prompt must fit at L, or nothing is measured.
+    from pejax.data import passkey_text  # pylint: disable=g-import-not-at-top
+    passkey_text.passkey_text_example(tokenizer, length=L, depth=1.0, seed=0)
+  except ValueError as e:
+    raise experiment.ConfigError(
+        f"the original context L={L} of {hf_dir} cannot hold the passkey prompt with its "
+        f"tokenizer ({e}); pass --train_len=<a longer L>") from None
+  log(f"{STUDY}: pretrained {hf_dir} ({model.config.num_layers} layers, d={model.config.d_model}"
+      f"), original context L={L}; lengths {lengths}, depths {list(depths)}, {examples} prompts "
+      "per cell")
+  started = time.time()
+  grids: Dict[str, List[Dict[str, Any]]] = {}
+  base_scaling = model.config.pe.scaling
+  for name in SCALINGS:
+    cells = []
+    for length in lengths:
+      factor = max(1.0, length / L)
+      if name == "none":
+        scaled = model
+      else:
+        pe = scaled_pe_of(model, name, factor=factor, original=L)
+        scaled = hf.with_rope_scaling(model, pe.scaling)
+      for result in eval_lib.passkey_text_accuracy(
+          scaled, tokenizer, lengths=[length], depths=depths, examples=examples,
+          seed=int(options.seed_list((0,))[0]), progress=None):
+        cell = result.to_json()
+        cells.append({"length": cell["length"], "depth": cell["depth"],
+                      "accuracy": cell["accuracy"], "status": cell["status"]})
+      log(f"  {name:8s} at {length}: mean accuracy "
+          f"{study_report.fmt(mean_accuracy(cells, length), 2)}")
+    grids[name] = cells
+  spread = lambda value: engine.seed_spread([value])
+  numbers = {"at_L": spread(mean_accuracy(grids["none"], L)),
+             "beyond": {n: spread(beyond(grids[n], L)) for n in SCALINGS},
+             "ft_at": {}, "ft_beyond": {}}
+  settings = Settings(train_len=L, seeds=(), multipliers=multipliers, recipe=convergence.Recipe(
+      max_steps=1, check_every=1, check_examples=1, fit_threshold=RETRIEVES_AT_L),
+      finetune_steps=0, depths=depths, examples=examples, finetune_scalings=())
+  for v in verdicts(numbers, settings, subject=f"the pretrained {label}"):
+    report.add_verdict(v)
+  needed = sorted({c["status"] for g in grids.values() for c in g if c["status"] != "ok"})
+  report.section("Setup", "\n".join([
+      f"- model: {hf_dir} ({model.config.num_layers} layers, d_model {model.config.d_model}, "
+      f"{model.config.num_heads} heads, vocab {model.config.vocab_size}); its own RoPE "
+      f"{'without scaling' if base_scaling is None else type(base_scaling).__name__}",
+      f"- original context L = {L}; each scaling rebuilt at factor = length / L with original "
+      f"length L, the weights unchanged (no fine-tune: a pretrained model's training recipe is "
+      "not ours to repeat)",
+      f"- test: the natural-language passkey prompt (instruction, filler, key sentence at the "
+      f"depth, question), tokenized with {tokenizer.name}; {examples} prompts per (length, "
+      "depth) cell; accuracy = every answer token right under teacher forcing (= greedy)",
+      f"- compute: {time.time() - started:.0f} s on this machine"]
+      + ([f"- skipped cells: {', '.join(needed)}"] if needed else [])))
+  header = ["scaling"] + [f"{l // L}x ({l})" for l in lengths] + ["mean > L"]
+  rows = [[n] + [study_report.fmt(mean_accuracy(grids[n], l), 2) for l in lengths]
+          + [engine.cell(numbers["beyond"][n], 2)] for n in SCALINGS]
+  report.table(header, rows, caption="**Zero-shot passkey accuracy by length** (mean over "
+               "depths)")
+  png = plot_heatmaps(workdir / "passkey_heatmaps.png", grids, lengths=lengths, depths=depths)
+  report.image(png, "passkey accuracy heatmaps")
+  results = {"pretrained": str(pathlib.Path(hf_dir).resolve()), "train_len": L,
+             "lengths": lengths, "depths": list(depths), "examples": examples,
+             "numbers": numbers, "zero_shot": grids}
+  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+
+
+def scaled_pe_of(model, name: str, *, factor: float, original: int):
+  """A loaded model's RoPE config with scaling ``name`` at ``factor`` over ``original``."""
+  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  return experiment.with_rope_scaling(model.config.pe, name, factor=factor,
+                                      original_max_position=original,
+                                      head_dim=model.config.head_dim)
+
+
 def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
-  """Runs the study and writes its report; returns the results written to JSON."""
+  """Runs the study and writes its report; returns the results written to JSON.
+
+  With ``train.init_from_hf`` among the overrides (``--init_from_hf=DIR``), the zero-shot
+  comparison runs on that pretrained checkpoint instead (:func:`run_pretrained`).
+  """
+  hf_dir = options.overrides.get("train.init_from_hf")
+  if hf_dir:
+    return run_pretrained(options, str(hf_dir), log=log)
   base = base_config(options)
   settings = settings or settings_for(options, base)
   runs_dir = options.models_dir(STUDY)

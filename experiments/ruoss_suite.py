@@ -35,6 +35,7 @@ from experiments.algorithmic import engine
 from pejax import runtime_env
 
 STUDY = "ruoss_suite"
+SELECTS_PES = True  # --pes runs a subset of the PE variants (partial runs).
 TASKS = ("reverse_string", "duplicate_string", "missing_duplicate", "odds_first",
          "binary_addition", "bucket_sort", "parity", "cycle_navigation", "stack_manipulation")
 QUICK_TASKS = ("reverse_string", "parity")

@@ -58,6 +58,10 @@ NOT_MEASURED = "not measurable"
 # Options and flags.
 
 
+class StudyOptionError(ValueError):
+  """A study option that does not fit the study (``launch.py`` prints it as a usage error)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StudyOptions:
   """What a study run was asked for (from flags or from Python).
@@ -67,6 +71,8 @@ class StudyOptions:
     workdir: report directory; empty means ``runs/<study>``.
     runs_dir: directory of the trained models; empty means ``runs/<study>``.
     seeds: seeds to train; empty means the study's default for the mode.
+    pes: PE variants to run (labels such as ``"rope"``, ``"rope+randomized"``); empty means the
+      study's own list (studies that sweep PEs by capability; a subset for partial runs).
     steps: training steps of the base models; 0 means the study's default for the mode.
     overrides: config path -> value applied to every base config before the study's own sweep
       settings (e.g. ``{"model.d_model": 256}``).
@@ -77,6 +83,7 @@ class StudyOptions:
   workdir: str = ""
   runs_dir: str = ""
   seeds: tuple = ()
+  pes: tuple = ()
   steps: int = 0
   overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   command: str = ""
@@ -115,6 +122,8 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   config.study.name = name  # The study module experiments/<name>.py.
   config.study.quick = False  # The few-minute variant (fewer seeds, steps and lengths).
   config.study.seeds = ""  # Comma-separated seeds; empty means the study's default.
+  config.study.pes = ""  # Comma-separated PE variants (e.g. rope,alibi,rope+randomized) of the
+  # algorithmic studies (alias --pes); empty means every variant the study sweeps.
   config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>.
   return config
 
@@ -594,6 +603,8 @@ class Report:
     # Non-empty (e.g. "1 seed, 800 steps"): verdicts are printed as indicative, never as a bold
     # held / did not hold. Quick mode is always indicative.
     self.indicative = "quick mode" if options.quick else ""
+    # Who decides the indicative verdicts (the last line of the verdict section).
+    self.decided_by = "the full run (3 seeds, to convergence)"
 
   def add_runs(self, runs: Sequence[RunInfo]) -> None:
     """Records the trained models (their training time goes into the header)."""
@@ -641,8 +652,7 @@ class Report:
     held = sum(v.held is True for v in self.verdicts)
     if self.indicative:
       lines += ["", f"Indicative only ({self.indicative}): {held} of {len(self.verdicts)} "
-                "expectations pointed the expected way; the full run (3 seeds, to convergence) "
-                "decides."]
+                f"expectations pointed the expected way; {self.decided_by} decides."]
     else:
       lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
     return "\n".join(lines) + "\n"

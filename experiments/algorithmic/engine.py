@@ -159,6 +159,29 @@ def all_variants(base: ml_collections.ConfigDict, *, randomized: bool = True) ->
   return names + tuple(n + RANDOMIZED for n in names if uses_positions(n))
 
 
+def select_variants(settings: Settings, pes: Sequence[str]) -> Settings:
+  """``settings`` restricted to the variants in ``pes`` (all of them when ``pes`` is empty).
+
+  Args:
+    settings: the study's sweep.
+    pes: variant labels (``"rope"``, ``"rope+randomized"``), e.g. from ``--pes``.
+
+  Returns:
+    The settings with ``variants`` = those of ``pes``, in the study's order.
+
+  Raises:
+    study_report.StudyOptionError: naming a label the study does not sweep.
+  """
+  if not pes:
+    return settings
+  unknown = [p for p in pes if p not in settings.variants]
+  if unknown:
+    raise study_report.StudyOptionError(
+        f"--pes: {', '.join(unknown)} not among this study's variants "
+        f"({', '.join(settings.variants)})")
+  return dataclasses.replace(settings, variants=tuple(v for v in settings.variants if v in pes))
+
+
 def variant_config(base: ml_collections.ConfigDict, *, variant: str, seed: int,
                    max_position: int) -> ml_collections.ConfigDict:
   """``base`` with the variant's PE and the seed (a bounded table gets ``max_position`` rows)."""
@@ -631,6 +654,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
     The results written to ``results.json``.
   """
   started = time.time()
+  settings = select_variants(settings, options.pes)
   runs_dir = options.models_dir(study)
   workdir = options.report_dir(study)
   workdir.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -87,6 +88,26 @@ class TinyStudyTest(absltest.TestCase):
     lines = []
     lg.run(options, settings=settings, log=lines.append)  # Every model is reused.
     self.assertTrue(any("reused" in line for line in lines), lines)
+    # --pes=rope: a partial run of one variant, its model reused from the full sweep.
+    subset = dataclasses.replace(options, pes=("rope",), workdir=str(tmp / "subset"))
+    lines = []
+    lg.run(subset, settings=settings, log=lines.append)
+    saved = json.loads((tmp / "subset" / "results.json").read_text())
+    self.assertEqual(set(saved["results"]["runs"]["copy"]), {"rope"})
+    self.assertTrue(any("reused" in line for line in lines), lines)
+
+
+class SelectVariantsTest(absltest.TestCase):
+
+  def test_subset_keeps_the_study_order_and_rejects_unknown_labels(self):
+    settings = engine.Settings(tasks=(), variants=("none", "rope", "rope+randomized", "alibi"),
+                               seeds=(0,), recipe=convergence.Recipe())
+    self.assertIs(engine.select_variants(settings, ()), settings)
+    self.assertEqual(engine.select_variants(settings, ("alibi", "rope")).variants,
+                     ("rope", "alibi"))
+    with self.assertRaisesRegex(study_report.StudyOptionError,
+                                "--pes: xpos not among this study's variants"):
+      engine.select_variants(settings, ("rope", "xpos"))
 
 
 if __name__ == "__main__":

@@ -118,5 +118,54 @@ class SmokeTest(absltest.TestCase):
     self.assertLen(payload["results"]["per_seed"][0]["finetuned"]["yarn"], 2)  # 2L x 2 depths.
 
 
+FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "hf" / "fixtures" / "llama_default_untied"
+YARN_FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "hf" / "fixtures" / "llama_yarn"
+
+
+class PretrainedTest(absltest.TestCase):
+  """``--init_from_hf``: the zero-shot comparison on a loaded checkpoint and its tokenizer."""
+
+  def test_original_context(self):
+    from pejax import hf  # pylint: disable=g-import-not-at-top
+    plain = hf.from_pretrained(FIXTURE)
+    self.assertEqual(passkey_scaling.pretrained_context(str(FIXTURE), plain, {}), 64)
+    self.assertEqual(passkey_scaling.pretrained_context(str(FIXTURE), plain,
+                                                        {"data.train_len": 300}), 300)
+    yarn = hf.from_pretrained(YARN_FIXTURE)  # Scaled checkpoint: its original length.
+    self.assertEqual(passkey_scaling.pretrained_context(str(YARN_FIXTURE), yarn, {}), 8)
+
+  def test_a_context_too_short_for_the_prompt_fails_before_any_work(self):
+    from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+    options = study_report.StudyOptions(quick=True, workdir=self.create_tempdir().full_path,
+                                        overrides={"train.init_from_hf": str(FIXTURE)})
+    with self.assertRaisesRegex(experiment.ConfigError,
+                                "L=64 .* cannot hold the passkey prompt.*--train_len"):
+      passkey_scaling.run(options, log=lambda _: None)
+    options = study_report.StudyOptions(quick=True, overrides={
+        "train.init_from_hf": "/nonexistent/checkpoint"})
+    with self.assertRaisesRegex(experiment.ConfigError, "--init_from_hf=/nonexistent"):
+      passkey_scaling.run(options, log=lambda _: None)
+
+  @pytest.mark.slow
+  def test_quick_run_writes_the_grid_of_every_scaling(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(quick=True, workdir=str(workdir), overrides={
+        "train.init_from_hf": str(FIXTURE), "data.train_len": 200})
+    results = passkey_scaling.run(options, log=lambda _: None)
+    self.assertEqual(results["train_len"], 200)
+    self.assertEqual(results["lengths"], [200, 400])
+    self.assertEqual(set(results["zero_shot"]), set(passkey_scaling.SCALINGS))
+    for cells in results["zero_shot"].values():  # Every (length, depth) cell measured.
+      self.assertLen(cells, 2 * 3)
+      self.assertTrue(all(c["status"] == "ok" and 0.0 <= c["accuracy"] <= 1.0 for c in cells))
+    report = (workdir / "report.md").read_text()
+    self.assertIn("the pretrained llama_default_untied retrieves", report)
+    self.assertIn("indicative (one pretrained model, 4 prompts per cell)", report)
+    self.assertTrue((workdir / "passkey_heatmaps.png").exists())
+    written = json.loads((workdir / "results.json").read_text())
+    self.assertEqual(written["results"]["train_len"], 200)
+    self.assertLen(written["verdicts"], 5)
+
+
 if __name__ == "__main__":
   absltest.main()
