@@ -188,6 +188,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   workdir.mkdir(parents=True, exist_ok=True)
   report = study_report.Report("Quantized KV cache: perplexity of float32, bfloat16, int8, fp8",
                                study=STUDY, options=options)
+  report.decided_by = "the full run (the streaming_llm models at L = 1024, 16K tokens a length)"
   log(f"{STUDY}: {', '.join(settings.pes)} (the {streaming_llm.STUDY} models, L="
       f"{settings.train_len}); cache dtypes {list(settings.dtypes)} at {settings.lengths}")
   models = streaming_llm.train_models(options, pes=settings.pes, log=log)

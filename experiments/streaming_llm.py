@@ -674,6 +674,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   workdir.mkdir(parents=True, exist_ok=True)
   report = study_report.Report("Streaming with attention sinks (StreamingLLM)", study=STUDY,
                                options=options)
+  report.decided_by = ("the full run (4-layer models at L = 1024, a 64K-token stream, one model "
+                       "per PE)")
   log(f"{STUDY}: {', '.join(settings.pes)} at L={settings.train_len}, {settings.steps} steps; "
       f"stream {settings.stream_tokens} tokens through {settings.cache_size} slots")
   models = train_models(options, pes=settings.pes, log=log)
