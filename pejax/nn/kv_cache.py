@@ -60,7 +60,7 @@ class LayerCache(NamedTuple):
   """One layer's share of a :class:`KVCache`, as a decoder block reads and writes it.
 
   Attributes:
-    keys: ``[B, T, K, D]`` (float, or int8 / fp8 when quantized).
+    keys: ``[B, T, K, D]`` (float, or int8 / fp8 bits as uint8 when quantized).
     values: ``[B, T, K, D]``.
     key_scales: ``None`` or float32 ``[B, T, K]`` (quantized cache).
     value_scales: ``None`` or float32 ``[B, T, K]``.
@@ -94,7 +94,7 @@ class LayerCache(NamedTuple):
 
     if not self.quantized:
       return self._replace(keys=put(self.keys, k), values=put(self.values, v))
-    name = self.keys.dtype.name
+    name = kv_quantization.quantized_name_of_storage(self.keys.dtype)
     qk, sk = kv_quantization.quantize(k, name)
     qv, sv = kv_quantization.quantize(v, name)
     return self._replace(keys=put(self.keys, qk), values=put(self.values, qv),
@@ -129,8 +129,8 @@ class KVCache:
   static (part of the tree structure).
 
   Attributes:
-    keys: tuple of N arrays ``[B, T, K, D]`` (rotated or not, see the module docstring; int8 or
-      fp8 when quantized).
+    keys: tuple of N arrays ``[B, T, K, D]`` (rotated or not, see the module docstring; int8, or
+      fp8 bits as uint8, when quantized).
     values: tuple of N arrays ``[B, T, K, D]``.
     positions: int32 ``[B, T]`` text position of each cached token (0 in empty slots).
     length: int32 scalar, number of tokens written so far (the same for all rows); for
@@ -244,7 +244,7 @@ def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_h
                      f"{sink_tokens} with eviction={eviction!r}")
   quantized = kv_quantization.quantized_dtype_name(dtype)
   shape = (batch_size, max_length, num_kv_heads, head_dim)
-  storage = jnp.dtype(quantized) if quantized else dtype
+  storage = kv_quantization.STORAGE_DTYPES[quantized] if quantized else dtype
 
   def scales():
     return tuple(jnp.ones(shape[:3], jnp.float32) for _ in range(num_layers)) if quantized else ()

@@ -14,6 +14,11 @@ rotation when the cache keeps unrotated keys (the default), which KVQuant finds 
 (pre-RoPE key quantization).
 
 A NaN in a vector (a poisoned token) gives a NaN scale, so it stays NaN when read back.
+
+Storage: int8 values in an int8 array; fp8 values as their bit patterns in a **uint8** array
+(bitcast, the same bytes): XLA:CPU (jax 0.10) moves float8-typed buffers through a decode step
+several times slower (measured: one decode step of a 4-layer d=128 model over an 8K cache 52 ms
+with float8 buffers, 14 ms with their uint8 bits, 9 ms for int8).
 """
 
 from __future__ import annotations
@@ -24,9 +29,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Storage dtype name -> the largest magnitude it represents (the quantization range).
+# Quantized dtype name -> the largest magnitude it represents (the quantization range).
 QUANTIZED_DTYPES = {"int8": 127.0, "float8_e4m3fn": 448.0}
+# Quantized dtype name -> the dtype of the cache array that holds it (fp8: its bits as uint8).
+STORAGE_DTYPES = {"int8": jnp.int8, "float8_e4m3fn": jnp.uint8}
 _ALIASES = {"fp8": "float8_e4m3fn", "float8": "float8_e4m3fn"}
+
+
+def quantized_name_of_storage(dtype: Any) -> str:
+  """The quantized dtype a cache array of ``dtype`` holds (inverse of ``STORAGE_DTYPES``).
+
+  Args:
+    dtype: ``int8`` or ``uint8``.
+
+  Returns:
+    ``"int8"`` or ``"float8_e4m3fn"``.
+  """
+  return {np.dtype(v).name: k for k, v in STORAGE_DTYPES.items()}[np.dtype(dtype).name]
 
 
 def quantized_dtype_name(dtype: Any) -> str | None:
@@ -66,7 +85,8 @@ def quantize(x: jax.Array, name: str) -> tuple[jax.Array, jax.Array]:
     name: ``"int8"`` or ``"float8_e4m3fn"``.
 
   Returns:
-    ``(q [..., D] of that dtype, scale [...] float32)`` with ``x ~= q * scale``.
+    ``(q [..., D], scale [...] float32)`` with ``x ~= q * scale``: ``q`` int8, or the fp8
+    values' bits as uint8 (``STORAGE_DTYPES``).
   """
   qmax = QUANTIZED_DTYPES[name]
   x = x.astype(jnp.float32)
@@ -77,7 +97,8 @@ def quantize(x: jax.Array, name: str) -> tuple[jax.Array, jax.Array]:
   if name == "int8":
     q = jnp.clip(jnp.round(scaled), -qmax, qmax).astype(jnp.int8)
   else:
-    q = jnp.clip(scaled, -qmax, qmax).astype(jnp.float8_e4m3fn)
+    q = jax.lax.bitcast_convert_type(
+        jnp.clip(scaled, -qmax, qmax).astype(jnp.float8_e4m3fn), jnp.uint8)
   return q, scale
 
 
@@ -85,11 +106,13 @@ def dequantize(q: jax.Array, scale: jax.Array, dtype: Any) -> jax.Array:
   """``q * scale`` computed in float32, cast to ``dtype``.
 
   Args:
-    q: int8 or fp8 ``[..., D]``.
+    q: int8 ``[..., D]``, or fp8 values (as float8_e4m3fn or as their uint8 bits).
     scale: float32 ``[...]``.
     dtype: the output dtype (the attention's compute dtype).
 
   Returns:
     ``[..., D]`` of ``dtype``.
   """
+  if q.dtype == jnp.uint8:
+    q = jax.lax.bitcast_convert_type(q, jnp.float8_e4m3fn)
   return (q.astype(jnp.float32) * scale[..., None]).astype(dtype)

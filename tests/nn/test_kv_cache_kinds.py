@@ -97,13 +97,21 @@ class QuantizationTest(parameterized.TestCase):
     x = jax.random.normal(jax.random.key(0), (3, 5, 2, 64)) * jnp.array([1e-3, 1.0, 1e3])[
         :, None, None, None]
     q, scale = kv_quantization.quantize(x, name)
-    self.assertEqual(q.dtype, jnp.dtype(name))
+    self.assertEqual(q.dtype, kv_quantization.STORAGE_DTYPES[name])  # fp8: its bits as uint8.
     chex.assert_shape(scale, (3, 5, 2))
     error = jnp.abs(kv_quantization.dequantize(q, scale, jnp.float32) - x)
     amax = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
     # int8: half a step of amax / 127; fp8 e4m3: 3 mantissa bits, relative 2^-4 of the value,
     # never more than 2^-4 of amax.
     self.assertTrue(bool(jnp.all(error <= bound * amax * 1.0001)))
+
+  def test_fp8_bits_are_the_float8_values(self):
+    x = jnp.array([[0.0, 1.0, -2.5, 448.0, 1e-3, -7.0]])
+    q, scale = kv_quantization.quantize(x, "float8_e4m3fn")
+    as_float8 = jax.lax.bitcast_convert_type(q, jnp.float8_e4m3fn)
+    chex.assert_trees_all_equal(as_float8, (x / scale[..., None]).astype(jnp.float8_e4m3fn))
+    chex.assert_trees_all_equal(kv_quantization.dequantize(q, scale, jnp.float32),
+                                kv_quantization.dequantize(as_float8, scale, jnp.float32))
 
   def test_zero_and_nan_vectors(self):
     x = jnp.zeros((1, 2, 8)).at[0, 1, 3].set(jnp.nan)
@@ -130,7 +138,9 @@ class QuantizationTest(parameterized.TestCase):
     model = _model(pe="rope")
     tokens = _tokens()
     prefilled, cache = _prefill(model, tokens, model.init_cache(2, LENGTH, dtype=dtype))
-    self.assertEqual(cache.keys[0].dtype, jnp.dtype(kv_quantization.quantized_dtype_name(dtype)))
+    name = kv_quantization.quantized_dtype_name(dtype)
+    self.assertEqual(cache.keys[0].dtype, kv_quantization.STORAGE_DTYPES[name])
+    self.assertEqual(kv_quantization.quantized_name_of_storage(cache.keys[0].dtype), name)
     decoded, _ = _stream(model, tokens, model.init_cache(2, LENGTH, dtype=dtype), prompt=3)
     chex.assert_trees_all_close(decoded, prefilled, atol=2e-5, rtol=2e-5)
     difference = float(jnp.max(jnp.abs(prefilled - _forward(model, tokens))))
