@@ -59,7 +59,7 @@ ALIASES = {
     "sliding_window": "model.sliding_window",
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
-    "pes": "study.pes",
+    "pes": "study.pes", "runs_dir": "study.runs_dir",
     "eval_rope_scaling": "eval.rope_scaling", "init_from_hf": "train.init_from_hf",
 }
 # Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
@@ -121,6 +121,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_list("eval_lens", None, "Alias of --config.eval.lens.", **fv)
   flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
   flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
+  flags.DEFINE_string("runs_dir", None, "Alias of --config.study.runs_dir (with --study): where "
+                      "the study's models live (default runs/<study>).", **fv)
   flags.DEFINE_list("pes", None, "Alias of --config.study.pes (with --study): the PE variants "
                     "an algorithmic study runs, e.g. rope,alibi,rope+randomized.", **fv)
   _define_mesh_flags(fv)

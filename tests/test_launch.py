@@ -165,6 +165,8 @@ class UsageErrorTest(parameterized.TestCase):
        r"data.batch_size must be a number >= 1, got 0"),
       ("quick_without_study", ["--quick"], app.UsageError, "--quick only takes effect with"),
       ("pes_without_study", ["--pes=rope"], app.UsageError, "--pes only takes effect with"),
+      ("runs_dir_without_study", ["--runs_dir=/tmp/x"], app.UsageError,
+       "--runs_dir only takes effect with"),
       ("pes_on_a_study_without_variants", ["--study=extrapolation", "--pes=rope"],
        app.UsageError, "--pes only applies to the studies that sweep PE variants"),
       ("unknown_pes", ["--study=kazemnejad_suite", "--pes=rope,bogus"], app.UsageError,
@@ -321,6 +323,21 @@ class ConfigFilesTest(absltest.TestCase):
           self.assertEqual(_launch(f"--config={path}", f"--workdir={workdir}", *TINY,
                                    "--steps=2", "--eval_lens=64"), 0)
           self.assertTrue(experiment.is_finished(workdir))
+
+
+class StudyOptionsTest(absltest.TestCase):
+
+  def test_study_aliases_reach_the_study_options(self):
+    from experiments import kazemnejad_suite  # pylint: disable=g-import-not-at-top
+    seen = []
+    with mock.patch.object(kazemnejad_suite, "run", seen.append):
+      self.assertEqual(_launch("--study=kazemnejad_suite", "--quick", "--seeds=0,2",
+                               "--pes=rope,alibi", "--runs_dir=/tmp/models", "--workdir=/tmp/r",
+                               "--config.model.d_model=32"), 0)
+    options = seen[0]
+    self.assertEqual((options.quick, options.seeds, options.pes, options.runs_dir,
+                      options.workdir), (True, (0, 2), ("rope", "alibi"), "/tmp/models", "/tmp/r"))
+    self.assertEqual(dict(options.overrides), {"model.d_model": 32})
 
 
 class ExperimentTest(absltest.TestCase):
