@@ -365,32 +365,27 @@ class Decoder(nnx.Module):
                     else segment_ids)
     old_segments = (jnp.ones((batch, slots), jnp.int32) if cache.segment_ids is None
                     else cache.segment_ids)
-    k_segments = view(old_segments, new_segments)
-    k_segments = jnp.where(jnp.concatenate([valid, jnp.ones((length,), bool)])[None, :],
-                           k_segments, 0)
-    text_positions = view(cache.positions, positions)
+    in_view = jnp.concatenate([valid, jnp.ones((length,), bool)])  # [T + L]: holds a token.
+    k_segments = jnp.where(in_view[None, :], view(old_segments, new_segments), 0)
     if cache.eviction == "sinks":  # Rank in text order among this row's tokens.
-      ranks = jnp.maximum(jnp.cumsum((k_segments != 0).astype(jnp.int32), axis=1) - 1, 0)
-      k_positions = ranks.astype(jnp.int32)
+      k_positions = jnp.maximum(jnp.cumsum(k_segments != 0, axis=1, dtype=jnp.int32) - 1, 0)
       q_positions = k_positions[:, slots:]
     else:
-      k_positions, q_positions = text_positions, positions
-    layer_views = []
-    for i in range(len(self.blocks)):
-      layer = cache.layer(i)
+      k_positions, q_positions = view(cache.positions, positions), positions
 
-      def grow(array):  # View + zero slots for the new tokens (written by the layer).
-        if array is None:
-          return None
-        blank = jnp.zeros((batch, length) + array.shape[2:], array.dtype)
-        return view(array, blank)
+    def grow(array):  # View + zero slots for the new tokens (written by the layer).
+      if array is None:
+        return None
+      return view(array, jnp.zeros((batch, length) + array.shape[2:], array.dtype))
 
-      features = None if layer.features is None else (
-          grow(layer.features) * jnp.concatenate(
-              [valid, jnp.zeros((length,), bool)]).reshape(
-                  (1, -1) + (1,) * (layer.features.ndim - 2)).astype(layer.features.dtype))
-      layer_views.append(LayerCache(grow(layer.keys), grow(layer.values),
-                                    grow(layer.key_scales), grow(layer.value_scales), features))
+    def grow_features(array):  # Empty view slots hold 0: FoX continues its sum from slot T - 1.
+      if array is None:
+        return None
+      return grow(array) * in_view.reshape((1, -1) + (1,) * (array.ndim - 2)).astype(array.dtype)
+
+    cached = [cache.layer(i) for i in range(len(self.blocks))]
+    layer_views = [LayerCache(grow(c.keys), grow(c.values), grow(c.key_scales),
+                              grow(c.value_scales), grow_features(c.features)) for c in cached]
     x, layers = self._run_blocks(tokens, q_positions, k_positions, layer_views, slots,
                                  new_segments, k_segments)
     logits = self._logits(x)
@@ -402,8 +397,8 @@ class Decoder(nnx.Module):
         return None
       return kv_eviction.write_slots(old, combined[:, slots:], written, index)
 
-    updated = [LayerCache(*(write(o, c) for o, c in zip(cache.layer(i), layers[i])))
-               for i in range(len(self.blocks))]
+    updated = [LayerCache(*(write(o, c) for o, c in zip(old, combined)))
+               for old, combined in zip(cached, layers)]
     segments = None if cache.segment_ids is None and segment_ids is None else (
         kv_eviction.write_slots(old_segments, new_segments, written, index))
     return logits, cache.with_layers(
