@@ -184,10 +184,11 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
     raise ValueError(f"cache_size ({cache_size}) must hold the prompt and the new tokens "
                      f"({tokens.shape[1]} + {max_new_tokens} = {needed}) without eviction; "
                      "use cache_eviction='window' or 'sinks' for a smaller cache")
-  # Validates the cache settings now (not inside the trace), with a one-row cache.
+  # Validates the cache settings now (not inside the trace), allocating nothing: eval_shape runs
+  # init_cache's checks on abstract arrays.
   cache_kind = dict(dtype=cache_dtype, eviction=cache_eviction, sink_tokens=sink_tokens)
   try:
-    model.init_cache(1, cache_size, **cache_kind)
+    jax.eval_shape(lambda: model.init_cache(1, cache_size, **cache_kind))
   except ValueError as error:
     raise ValueError(f"cache settings (cache_dtype={cache_dtype!r}, cache_eviction="
                      f"{cache_eviction!r}, cache_size={cache_size}, sink_tokens={sink_tokens}): "
