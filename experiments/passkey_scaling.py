@@ -384,17 +384,14 @@ def _mean_grid(per_seed: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str
 
 def pretrained_context(hf_dir: str, model, overrides: Mapping[str, Any]) -> int:
   """L of a loaded checkpoint: ``--train_len`` if given, else its original context."""
-  from pejax.hf import safetensors_files  # pylint: disable=g-import-not-at-top
+  from pejax.train import pretrained  # pylint: disable=g-import-not-at-top
   if "data.train_len" in overrides:
     return int(overrides["data.train_len"])
-  original = getattr(model.config.pe.scaling, "original_max_position", None)
-  if original:
-    return int(original)
-  hf_json = safetensors_files.read_json(str(pathlib.Path(hf_dir) / "config.json"), "config.json")
-  if not hf_json.get("max_position_embeddings"):
+  original = pretrained.original_context(hf_dir, model)
+  if original is None:
     raise ValueError(f"{hf_dir}/config.json has no max_position_embeddings: pass --train_len "
                      "(the context the model was trained at)")
-  return int(hf_json["max_position_embeddings"])
+  return original
 
 
 def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
@@ -403,14 +400,12 @@ def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
   from pejax import hf  # pylint: disable=g-import-not-at-top
   from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  from pejax.train import pretrained  # pylint: disable=g-import-not-at-top
+  # launch.py prints a ConfigError as a one-line usage error.
+  model, tokenizer = pretrained.load_checkpoint(hf_dir)
   try:
-    model = hf.from_pretrained(hf_dir)
-    tokenizer = hf.load_tokenizer(hf_dir)
-    if tokenizer.vocab_size > model.config.vocab_size:
-      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model "
-                       f"{model.config.vocab_size}")
     L = pretrained_context(hf_dir, model, options.overrides)
-  except ValueError as e:  # launch.py prints a ConfigError as a one-line usage error.
+  except ValueError as e:
     raise experiment.ConfigError(f"--init_from_hf={hf_dir}: {e}") from None
   multipliers = (1, 2) if options.quick else (1, 2, 4)
   lengths = [L * m for m in multipliers]

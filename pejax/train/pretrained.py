@@ -63,21 +63,10 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   if config.eval.mode not in experiment.EVAL_MODES:
     raise experiment.ConfigError(
         f"eval_mode must be one of {list(experiment.EVAL_MODES)}, got {config.eval.mode!r}")
-  try:
-    model = hf.from_pretrained(hf_dir,
-                               blockwise_threshold=experiment.blockwise_threshold_of(config))
-    tokenizer = hf.load_tokenizer(hf_dir)
-  except ValueError as e:
-    raise experiment.ConfigError(f"--init_from_hf: {e}") from None
-  if tokenizer.vocab_size > model.config.vocab_size:
-    raise experiment.ConfigError(
-        f"--init_from_hf: the tokenizer has {tokenizer.vocab_size} tokens, the model "
-        f"{model.config.vocab_size}")
+  model, tokenizer = load_checkpoint(
+      hf_dir, blockwise_threshold=experiment.blockwise_threshold_of(config))
   corpus = data_lib.tokenize_corpus(data_lib.load_corpus(data_name), tokenizer)
-  hf_json = safetensors_files.read_json(
-      os.path.join(os.fspath(hf_dir), "config.json"), "config.json")
-  original = _scaling_original(model.config.pe.scaling) or int(
-      hf_json.get("max_position_embeddings") or max(lengths))
+  original = original_context(hf_dir, model) or max(lengths)
   label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
   # Not under runs/: this is no training run (pejax.compare reads runs/*).
   workdir = pathlib.Path(config.workdir or os.path.join("pretrained", label))
@@ -134,6 +123,48 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   return experiment.ExperimentResult(out_dir, None, tables, passkey, text, None)
 
 
-def _scaling_original(scaling: Any) -> Optional[int]:
-  original = getattr(scaling, "original_max_position", None)
-  return None if original is None else int(original)
+def load_checkpoint(hf_dir: os.PathLike | str, *, blockwise_threshold: Optional[int] = None
+                    ) -> tuple[Any, Any]:
+  """A pretrained decoder and its tokenizer, for ``--init_from_hf`` commands.
+
+  Args:
+    hf_dir: a local Hugging Face checkpoint directory with ``tokenizer.json``.
+    blockwise_threshold: passed to :func:`pejax.hf.from_pretrained`.
+
+  Returns:
+    ``(model, tokenizer)``.
+
+  Raises:
+    experiment.ConfigError: ``--init_from_hf=<dir>: <the loader's message>``, also for a tokenizer
+      with more tokens than the model's vocabulary.
+  """
+  try:
+    model = hf.from_pretrained(hf_dir, blockwise_threshold=blockwise_threshold)
+    tokenizer = hf.load_tokenizer(hf_dir)
+  except ValueError as e:
+    raise experiment.ConfigError(f"--init_from_hf={os.fspath(hf_dir)}: {e}") from None
+  if tokenizer.vocab_size > model.config.vocab_size:
+    raise experiment.ConfigError(
+        f"--init_from_hf={os.fspath(hf_dir)}: the tokenizer has {tokenizer.vocab_size} tokens, the model "
+        f"{model.config.vocab_size}")
+  return model, tokenizer
+
+
+def original_context(hf_dir: os.PathLike | str, model: Any) -> Optional[int]:
+  """The context a checkpoint was trained at: its RoPE scaling's original length, else
+  ``max_position_embeddings`` of its ``config.json``; ``None`` when neither is set.
+
+  Args:
+    hf_dir: the checkpoint directory.
+    model: the decoder loaded from it.
+
+  Returns:
+    The length in tokens, or ``None``.
+  """
+  original = getattr(model.config.pe.scaling, "original_max_position", None)
+  if original is not None:
+    return int(original)
+  hf_json = safetensors_files.read_json(
+      os.path.join(os.fspath(hf_dir), "config.json"), "config.json")
+  return int(hf_json["max_position_embeddings"]) if hf_json.get(
+      "max_position_embeddings") else None
