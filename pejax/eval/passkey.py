@@ -88,16 +88,22 @@ def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Seque
       batch = data_lib.synthetic_batch(
           "passkey", seed + 1000 * i + j, batch_size=examples, seq_len=length,
           min_size=length + 1, max_size=length + 1, depth=float(depth))
-      right = exact_match.answer_exact_match(
-          model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions")),
-          jnp.asarray(batch["loss_mask"]),
-          attention=choose_implementation("auto", length,
-                                          blockwise_threshold=blockwise_threshold))
-      accuracy = float(np.mean(np.asarray(right)))
-      results.append(PasskeyResult(length, float(depth), accuracy, examples))
-      if progress is not None:
-        progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
+      results.append(_score_cell(model, batch, length=length, depth=float(depth),
+                                 blockwise_threshold=blockwise_threshold, progress=progress))
   return results
+
+
+def _score_cell(model: nnx.Module, batch: Dict[str, np.ndarray], *, length: int, depth: float,
+                blockwise_threshold: Optional[int],
+                progress: Optional[Callable[[str], None]]) -> PasskeyResult:
+  """Exact match of every answer of one (length, depth) batch under teacher forcing."""
+  right = exact_match.answer_exact_match(
+      model, *(jnp.asarray(batch[k]) for k in ("inputs", "targets", "positions", "loss_mask")),
+      attention=choose_implementation("auto", length, blockwise_threshold=blockwise_threshold))
+  accuracy = float(np.mean(np.asarray(right)))
+  if progress is not None:
+    progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
+  return PasskeyResult(length, depth, accuracy, int(batch["inputs"].shape[0]))
 
 
 def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int],
@@ -140,14 +146,8 @@ def passkey_text_accuracy(model: nnx.Module, tokenizer, *, lengths: Sequence[int
         results.append(PasskeyResult(length, float(depth), float("nan"), 0,
                                      f"n/a ({str(e).split(' for ')[0]})"))
         continue
-      batch = {k: jnp.asarray(np.stack([r[k] for r in rows]))
+      batch = {k: np.stack([r[k] for r in rows])
                for k in ("inputs", "targets", "positions", "loss_mask")}
-      right = exact_match.answer_exact_match(
-          model, batch["inputs"], batch["targets"], batch["positions"], batch["loss_mask"],
-          attention=choose_implementation("auto", length,
-                                          blockwise_threshold=blockwise_threshold))
-      accuracy = float(np.mean(np.asarray(right)))
-      results.append(PasskeyResult(length, float(depth), accuracy, examples))
-      if progress is not None:
-        progress(f"passkey L={length:>6} depth {depth:.2f}: accuracy {accuracy:.2f}")
+      results.append(_score_cell(model, batch, length=length, depth=float(depth),
+                                 blockwise_threshold=blockwise_threshold, progress=progress))
   return results
