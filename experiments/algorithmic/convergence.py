@@ -15,8 +15,11 @@ al. 2023 and Kazemnejad et al. 2023 discuss); model size and batch from the expe
 Resumability: each trained model is a directory ``<runs_dir>/<task>-<variant>-s<seed>-<hash>``
 (the hash covers every setting that defines the model: experiment config, recipe, training
 sizes, randomized positions), holding ``fit.json`` (the outcome) and ``params.npz`` (the
-weights). A finished directory is reused as is; a study killed half-way restarts at the first
-model without ``fit.json``.
+weights). A finished directory is reused as is. While a model trains, every check also writes
+``progress.npz`` (weights and optimizer moments) and ``progress.json`` (step, curve, data
+generator state, seconds so far), so a run killed half-way (a session's end, ``kill -9``) resumes
+at its last check and finishes with the weights and curve an uninterrupted run gets; each check
+prints one progress line.
 
 References:
   Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",
@@ -41,6 +44,8 @@ import numpy as np
 FIT_THRESHOLD = 0.99  # Held-out in-distribution exact match that counts as "fit".
 RESULT_FILE = "fit.json"
 PARAMS_FILE = "params.npz"
+PROGRESS_FILE = "progress.npz"  # Weights + optimizer state at the last check of an unfinished run.
+PROGRESS_META = "progress.json"  # Its step, curve, best, generator state and elapsed seconds.
 VERSION = 1  # Bump when the training procedure changes what a cached result means.
 
 
@@ -232,6 +237,53 @@ def load_params(model, path: os.PathLike | str) -> None:
   nnx.update(model, jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved]))
 
 
+def _training_leaves(model, optimizer) -> List[Any]:
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  return jax.tree.leaves((nnx.state(model, nnx.Param), nnx.state(optimizer)))
+
+
+def _save_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer,
+                   meta: Dict[str, Any]) -> None:
+  """Writes the state at a check (arrays first, then the JSON that names them, both atomic)."""
+  run_dir.mkdir(parents=True, exist_ok=True)
+  tmp = run_dir / (PROGRESS_FILE + ".tmp.npz")
+  np.savez(tmp, *[np.asarray(x) for x in _training_leaves(model, optimizer)])
+  os.replace(tmp, run_dir / PROGRESS_FILE)
+  tmp = run_dir / (PROGRESS_META + ".tmp")
+  tmp.write_text(json.dumps({"key": key, **meta}, default=str))
+  os.replace(tmp, run_dir / PROGRESS_META)
+
+
+def _load_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer
+                   ) -> Optional[Dict[str, Any]]:
+  """Restores ``model`` and ``optimizer`` from an unfinished run; its metadata, else ``None``."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  meta_path, arrays_path = run_dir / PROGRESS_META, run_dir / PROGRESS_FILE
+  if not meta_path.exists() or not arrays_path.exists():
+    return None
+  try:
+    meta = json.loads(meta_path.read_text())
+  except json.JSONDecodeError:
+    return None
+  if meta.get("key") != json.loads(json.dumps(dict(key), default=str)):
+    return None
+  state = (nnx.state(model, nnx.Param), nnx.state(optimizer))
+  leaves, treedef = jax.tree.flatten(state)
+  with np.load(arrays_path) as stored:
+    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+  if len(saved) != len(leaves) or any(
+      a.shape != b.shape or a.dtype != b.dtype for a, b in zip(saved, leaves)):
+    raise ValueError(f"{arrays_path} does not hold the training state of this model (shapes "
+                     "or dtypes differ); delete it to train from scratch")
+  params, opt_state = jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved])
+  nnx.update(model, params)
+  nnx.update(optimizer, opt_state)
+  return meta
+
+
 def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
   """A fresh decoder of ``config`` (parameters from ``config.seed``)."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -359,6 +411,15 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
   steps_to_fit = None
   best, best_step, acc = -1.0, 0, 0.0
   step = 0
+  earlier_seconds = 0.0  # Training time of the interrupted sessions this run resumes.
+  resumed = _load_progress(run_dir, key, model, optimizer)
+  if resumed is not None:
+    step, best, best_step, acc = (int(resumed["step"]), float(resumed["best"]),
+                                  int(resumed["best_step"]), float(resumed["acc"]))
+    curve = [tuple(c) for c in resumed["curve"]]
+    rng.bit_generator.state = resumed["rng_state"]
+    earlier_seconds = float(resumed["seconds"])
+    log(f"{label}: resuming at step {step} of {recipe.max_steps} (best held-out {best:.3f})")
   while step < recipe.max_steps:
     batch = make_batch(rng, step)
     metrics = step_fn(model, optimizer, train_step_lib.model_inputs(batch))
@@ -374,18 +435,27 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
       curve.append((step, acc, loss))
       if acc > best:
         best, best_step = acc, step
+      seconds = earlier_seconds + time.time() - started
+      log(f"{label}: step {step}/{recipe.max_steps} held-out {acc:.3f} (best {best:.3f}) "
+          f"loss {loss:.4f} [{seconds:.0f} s]")
       if acc >= recipe.fit_threshold:
         steps_to_fit = step
         break
+      if step < recipe.max_steps:
+        _save_progress(run_dir, key, model, optimizer, {
+            "step": step, "best": best, "best_step": best_step, "acc": acc, "curve": curve,
+            "rng_state": rng.bit_generator.state, "seconds": seconds})
   result = FitResult(run_dir=run_dir, steps=step, steps_to_fit=steps_to_fit, in_dist=acc,
                      best_in_dist=max(best, 0.0), best_step=best_step, curve=tuple(curve),
-                     train_seconds=time.time() - started)
+                     train_seconds=earlier_seconds + time.time() - started)
   run_dir.mkdir(parents=True, exist_ok=True)
   _save_params(model, run_dir / PARAMS_FILE)
   payload = {"key": key, "result": result.to_json()}
   tmp = run_dir / (RESULT_FILE + ".tmp")
   tmp.write_text(json.dumps(payload, indent=1, default=str))
   os.replace(tmp, run_dir / RESULT_FILE)
+  for name in (PROGRESS_META, PROGRESS_FILE):  # The finished result supersedes them.
+    (run_dir / name).unlink(missing_ok=True)
   return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from absl.testing import absltest
@@ -97,6 +98,48 @@ class TrainToFitTest(absltest.TestCase):
                                      runs_dir=tmp, label="parity-rope-s0")
     self.assertFalse(other.reused)
     self.assertNotEqual(other.run_dir, result.run_dir)  # The recipe is part of the key.
+
+  def test_a_killed_run_resumes_at_its_last_check_bit_identically(self):
+    config = experiment_config.get_default_config()
+    config.model.num_layers, config.model.d_model, config.model.num_heads = 1, 16, 2
+    config.pe.name = "rope"
+    recipe = convergence.Recipe(max_steps=6, check_every=2, check_examples=1)
+
+    def make_batch(rng, step, *, fail_at=None):
+      if step == fail_at:
+        raise KeyboardInterrupt("killed")
+      tokens = rng.integers(0, 256, size=(4, 9))
+      return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+              "positions": np.broadcast_to(np.arange(8), (4, 8)),
+              "loss_mask": np.ones((4, 8), np.float32)}
+
+    def train(runs_dir, fail_at=None, lines=None):
+      return convergence.train_until(
+          config, recipe, key={"what": "resume-test"}, runs_dir=runs_dir, label="resume",
+          make_batch=lambda rng, step: make_batch(rng, step, fail_at=fail_at),
+          check=lambda model: 0.0, log=(lines.append if lines is not None else print))
+
+    whole_dir = pathlib.Path(self.create_tempdir().full_path)
+    whole = train(whole_dir)
+    cut_dir = pathlib.Path(self.create_tempdir().full_path)
+    with self.assertRaises(KeyboardInterrupt):
+      train(cut_dir, fail_at=3)  # Killed after the check at step 2 wrote its progress.
+    progress = json.loads((cut_dir / whole.run_dir.name / convergence.PROGRESS_META).read_text())
+    self.assertEqual(progress["step"], 2)
+    lines = []
+    resumed = train(cut_dir, lines=lines)
+    self.assertIn("resume: resuming at step 2 of 6", lines[0])
+    self.assertTrue(any("step 4/6 held-out 0.000" in line for line in lines))
+    self.assertEqual(resumed.steps, 6)
+    self.assertEqual([c[:2] for c in resumed.curve], [c[:2] for c in whole.curve])
+    np.testing.assert_array_equal([c[2] for c in resumed.curve], [c[2] for c in whole.curve])
+    with np.load(whole.run_dir / convergence.PARAMS_FILE) as a, \
+        np.load(resumed.run_dir / convergence.PARAMS_FILE) as b:
+      self.assertEqual(sorted(a.files), sorted(b.files))
+      for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name])
+    for name in (convergence.PROGRESS_FILE, convergence.PROGRESS_META):
+      self.assertFalse((resumed.run_dir / name).exists())  # Superseded by fit.json.
 
 
 if __name__ == "__main__":
