@@ -282,13 +282,26 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
     subject: who is judged (a pretrained checkpoint instead of the study's trained models).
   """
   at_l, beyond_l = numbers["at_L"], numbers["beyond"]
+  # Extension is judged on the seeds whose base model retrieves at L (the others cannot answer
+  # it); "retrieving" (when given) counts them: {"n": k, "of": seeds, "left_out": [seed, ...]}.
+  working = numbers.get("retrieving")
+  majority = working is None or 2 * working["n"] > working["of"]
+  if working is None:
+    sanity = ("every seed's accuracy at L >= " f"{RETRIEVES_AT_L}", engine.cell(at_l, 3))
+  else:
+    sanity = (f"a majority of seeds retrieve (held-out accuracy at L >= {RETRIEVES_AT_L}) and "
+              f"each of them scores >= {RETRIEVES_AT_L} at L on the test prompts",
+              f"{working['n']} of {working['of']} seeds retrieve; at L "
+              f"{engine.cell(at_l, 3)}")
   out = [study_report.verdict(
-      f"Sanity: {subject} retrieves the key at its training length",
-      f"every seed's accuracy at L >= {RETRIEVES_AT_L}", engine.cell(at_l, 3),
-      lambda: None if at_l["n"] == 0 else at_l["min"] >= RETRIEVES_AT_L)]
-  retrieves = at_l["n"] > 0 and at_l["min"] >= RETRIEVES_AT_L
+      f"Sanity: {subject} retrieves the key at its training length", *sanity,
+      lambda: None if at_l["n"] == 0 else (majority and at_l["min"] >= RETRIEVES_AT_L),
+      note="" if not working or not working["left_out"] else (
+          f"seed(s) {', '.join(map(str, working['left_out']))} did not retrieve at L within "
+          "the step cap; the extension claims below are judged on the other seeds"))]
+  retrieves = at_l["n"] > 0 and majority and at_l["min"] >= RETRIEVES_AT_L
   note = "" if retrieves else (
-      f"{subject} did not retrieve at L (in every seed), so extension beyond L is not "
+      f"{subject} did not retrieve at L (in a majority of seeds), so extension beyond L is not "
       "judged on a working retriever.")
   if "none" in beyond_l:
     out.append(study_report.verdict(
@@ -520,7 +533,15 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     per_seed.append(evaluate_seed(config, settings, runs_dir=runs_dir, log=log))
   L = settings.train_len
   spread = lambda values: engine.seed_spread(list(values))
+  every_seed = per_seed
+  # A seed whose base model never retrieved at L cannot judge a scaling (the issue's point):
+  # the numbers and tables are over the retrieving seeds, when there is any.
+  working = [s for s in per_seed if s["base"].fit] or per_seed
+  left_out = [seed for seed, s in zip(settings.seeds, per_seed) if not s["base"].fit]
+  per_seed = working
   numbers = {
+      "retrieving": {"n": sum(s["base"].fit for s in every_seed), "of": len(every_seed),
+                     "left_out": left_out},
       "at_L": spread(mean_accuracy(s["zero_shot"]["none"], L) for s in per_seed),
       "beyond": {n: spread(beyond(s["zero_shot"][n], L) for s in per_seed)
                  for n in settings.scalings},
@@ -531,7 +552,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   }
   for v in verdicts(numbers, settings):
     report.add_verdict(v)
-  bases = [s["base"] for s in per_seed]
+  bases = [s["base"] for s in every_seed]
   report.section("Setup", "\n".join([
       f"- model: RoPE decoder, {base.model.num_layers} layers, d_model {base.model.d_model}, "
       f"{base.model.num_heads} heads; AdamW lr {base.optim.learning_rate:g}, warm-up "
@@ -555,8 +576,11 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       "validation split; accuracy = whole key right (teacher forcing = greedy)",
       f"- compute: {len(bases)} base models, "
       f"{sum(b.train_seconds for b in bases) / 60:.1f} min of base training + "
-      f"{sum(t.train_seconds for s in per_seed for t in s['finetunes'].values()) / 60:.1f} min "
-      "of fine-tuning on this machine (original times for reused models)",
+      f"{sum(t.train_seconds for s in every_seed for t in s['finetunes'].values()) / 60:.1f} "
+      "min of fine-tuning on this machine (original times for reused models)",
+      "- tables and verdicts: median [min-max] over the seeds whose base model retrieves at L"
+      + (f" (seed(s) {', '.join(map(str, left_out))} left out: no retrieval at L to extend)"
+         if left_out and len(working) < len(every_seed) else ""),
   ]))
   zs = {n: _mean_grid([s["zero_shot"][n] for s in per_seed]) for n in settings.scalings}
   header = ["scaling"] + [f"{l // L}x ({l})" for l in settings.lengths] + ["mean > L"]
@@ -580,7 +604,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
              "per_seed": [{"base": s["base"].to_json(),
                            "finetunes": {n: t.to_json() for n, t in s["finetunes"].items()},
                            "zero_shot": s["zero_shot"], "finetuned": s["finetuned"]}
-                          for s in per_seed]}
+                          for s in every_seed]}
   return study_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 

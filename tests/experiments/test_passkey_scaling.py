@@ -70,6 +70,20 @@ class VerdictTest(absltest.TestCase):
     self.assertTrue(all(v.status == study_report.NOT_MEASURED for v in out[1:]))
     self.assertIn("did not retrieve at L", out[1].note)
 
+  def test_extension_is_judged_on_the_seeds_that_retrieve(self):
+    two = [_s(0.97, 1.0), _s(0.1, 0.0), _s(0.3, 0.25), _s(0.6, 0.7), _s(0.7, 0.8), _s(0.8, 0.9),
+           _s(0.95, 1.0), _s(1.0, 1.0), _s(0.1, 0.2), _s(0.5, 0.6)]
+    numbers = {**_numbers(*two), "retrieving": {"n": 2, "of": 3, "left_out": [2]}}
+    out = passkey_scaling.verdicts(numbers, SETTINGS)
+    self.assertEqual([v.status for v in out], [study_report.HELD] * 8)
+    self.assertIn("2 of 3 seeds retrieve", out[0].measured)
+    self.assertIn("seed(s) 2 did not retrieve at L", out[0].note)
+    # One retrieving seed of three is not a majority: nothing beyond L is judged.
+    numbers["retrieving"] = {"n": 1, "of": 3, "left_out": [1, 2]}
+    out = passkey_scaling.verdicts(numbers, SETTINGS)
+    self.assertEqual(out[0].status, study_report.NOT_HELD)
+    self.assertTrue(all(v.status == study_report.NOT_MEASURED for v in out[1:]))
+
 
 class MixtureTest(absltest.TestCase):
 
