@@ -68,7 +68,7 @@ def _command_lines(text: str) -> list[str]:
                       r"pejax\.hf\.kv_cache_memory_table|experiments\.\w+))(.*)", line)
     if not match:
       continue
-    command = (match.group(0).split(" #")[0]).strip().rstrip('"')
+    command = (match.group(0).split(" #")[0]).strip().rstrip('"').rstrip("&").strip()
     if "<" in command or "[" in command or "..." in command:
       continue  # A usage synopsis, not a command.
     if command not in found:
