@@ -219,9 +219,12 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
     raise app.UsageError(f"seeds must be comma-separated integers, got "
                          f"{config.study.seeds!r}") from None
   pes = tuple(p.strip() for p in str(config.study.get("pes", "") or "").split(",") if p.strip())
+  # --steps (train.steps) is the step count of the LM studies' models and the step cap of the
+  # convergence studies (algorithmic suites, passkey), which read it from the options.
   options = study_report.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
       runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes,
+      steps=int(overrides.get("train.steps", 0) or 0),
       overrides={p: v for p, v in overrides.items() if not p.startswith("study.")})
   module = importlib.import_module(f"experiments.{name}")
   if pes and not getattr(module, "SELECTS_PES", False):

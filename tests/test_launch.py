@@ -338,6 +338,19 @@ class StudyOptionsTest(absltest.TestCase):
     self.assertEqual((options.quick, options.seeds, options.pes, options.runs_dir,
                       options.workdir), (True, (0, 2), ("rope", "alibi"), "/tmp/models", "/tmp/r"))
     self.assertEqual(dict(options.overrides), {"model.d_model": 32})
+    self.assertEqual(options.steps, 0)  # The study's own cap.
+
+  def test_steps_sets_the_step_cap_of_a_convergence_study(self):
+    from experiments import kazemnejad_suite  # pylint: disable=g-import-not-at-top
+    from experiments import length_generalization  # pylint: disable=g-import-not-at-top
+    seen = []
+    with mock.patch.object(length_generalization, "run", seen.append):
+      self.assertEqual(_launch("--study=length_generalization", "--steps=6000"), 0)
+    options = seen[0]
+    self.assertEqual(options.steps, 6000)
+    self.assertEqual(length_generalization.recipe_for(options).max_steps, 6000)
+    config = kazemnejad_suite.base_config(options)
+    self.assertEqual(kazemnejad_suite.settings_for(options, config).recipe.max_steps, 6000)
 
 
 class ExperimentTest(absltest.TestCase):
