@@ -45,19 +45,22 @@ parse_variant = engine.parse_variant
 
 
 def recipe_for(options: study_report.StudyOptions) -> convergence.Recipe:
-  """Full: cap 4000 steps (``--steps`` changes the cap); quick: cap 1000."""
-  return convergence.Recipe(max_steps=options.steps or (1000 if options.quick else 4000),
+  """Full: cap 6000 steps (``--steps`` changes the cap); quick: cap 1000."""
+  return convergence.Recipe(max_steps=options.steps or (1000 if options.quick else 6000),
                             check_every=100)
 
 
 def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
   """The decoder every algorithmic study trains, with the user's overrides.
 
-  Full mode: 4 layers, d_model 64, 4 heads, AdamW lr 1e-3, warm-up 50, batch 32, cosine decay
+  Full mode: 4 layers, d_model 64, 4 heads, AdamW lr 3e-3, warm-up 50, batch 32, cosine decay
   over the cap. Tuned on reverse (sizes <= 8): NoPE, which must infer positions from the causal
   mask, stayed at <= 0.78 held-out exact match with 2 layers (lr 3e-3 or 1e-3, d_model 64 or
-  128, 1500-3000 steps) and reached 0.977 with 4 layers in 3000 steps. Quick mode keeps the
-  cheaper 2-layer model at lr 3e-3 (RoPE fits reverse in ~500 steps there).
+  128, 1500-3000 steps) and reached 0.977 with 4 layers in 3000 steps. On copy at lr 1e-3 and a
+  4000-step cap, ALiBi, KERPLE, FIRE and NoPE stopped at 0.97-0.99; lr 3e-3 fits ALiBi, KERPLE
+  and FIRE by step 3800 and, with a 6000-step cap, NoPE at 5100 (experiments/results/
+  recipe_tuning.md). Quick mode keeps the cheaper 2-layer model at lr 3e-3 (RoPE fits reverse in
+  ~500 steps there).
   """
   from pejax import experiment_config  # pylint: disable=g-import-not-at-top
   config = experiment_config.get_default_config()
@@ -65,7 +68,7 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
   config.model.d_model = 64
   config.model.num_heads = 4
   config.data.batch_size = 32
-  config.optim.learning_rate = 3e-3 if options.quick else 1e-3
+  config.optim.learning_rate = 3e-3
   config.optim.warmup_steps = 50
   study_report.apply_overrides(config, options.overrides)
   return config
