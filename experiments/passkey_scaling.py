@@ -319,7 +319,9 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
           engine.describe({k: beyond_l[k] for k in (name, "none", "linear")}),
           lambda name=name: None if not retrieves else engine.compare(
               {name: beyond_l[name]}, {"none": beyond_l["none"], "linear": beyond_l["linear"]},
-              margin=BETTER_BY), note=note))
+              margin=BETTER_BY), note=note, note_if_not_held=engine.why_not(
+                  {name: beyond_l[name]}, {"none": beyond_l["none"],
+                                           "linear": beyond_l["linear"]}, margin=BETTER_BY)))
   ft_at, ft_beyond = numbers["ft_at"], numbers["ft_beyond"]
   for name, who in (("linear", "PI (Chen et al. 2023)"), ("yarn", "YaRN (Peng et al. 2023)")):
     if name in ft_at:
@@ -330,7 +332,10 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
           f"{settings.finetune_steps} steps >= {RETRIEVES_AT_L}",
           engine.cell(ft_at[name], 3),
           lambda name=name: None if not retrieves else ft_at[name]["min"] >= RETRIEVES_AT_L,
-          note=note))
+          note=note, note_if_not_held=(
+              f"Reason: its lowest seed scores {study_report.fmt(ft_at[name]['min'], 3)} at "
+              f"{settings.finetune_multiplier}L." if ft_at[name].get("min") is not None
+              else "")))
   if "yarn" in ft_beyond and "linear" in ft_beyond:
     out.append(study_report.verdict(
         "Fine-tuned YaRN extrapolates beyond its fine-tuning length better than fine-tuned PI "
@@ -340,7 +345,8 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
         engine.describe({k: ft_beyond[k] for k in ("yarn", "linear")}),
         lambda: None if not retrieves else engine.compare(
             {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY),
-        note=note))
+        note=note, note_if_not_held=engine.why_not(
+            {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY)))
   return out
 
 

@@ -344,6 +344,37 @@ def compare(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mappi
   return True
 
 
+def why_not(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mapping[str, Any]],
+            *, margin: float = MARGIN, digits: int = 3) -> str:
+  """Why :func:`compare` fails: the first (winner, loser) pair that breaks the criterion.
+
+  Args:
+    winners: label -> spread of the expected winners.
+    losers: label -> spread of the expected losers.
+    margin: the least difference of medians.
+    digits: decimals of the numbers quoted.
+
+  Returns:
+    One sentence, e.g. ``"Reason: sinusoidal is ahead of none (medians 0.210 vs 0.105)."``;
+    empty when the comparison holds or cannot be made.
+  """
+  f = lambda x: study_report.fmt(x, digits)
+  for w_name, w in winners.items():
+    for l_name, l in losers.items():
+      if not w or not l or w.get("median") is None or l.get("median") is None:
+        continue
+      if l["median"] >= w["median"]:
+        return (f"Reason: {l_name} is ahead of {w_name} or level with it (medians "
+                f"{f(l['median'])} vs {f(w['median'])}).")
+      if (w["n"] > 1 or l["n"] > 1) and not w["min"] > l["max"]:
+        return (f"Reason: the seeds overlap: {w_name}'s lowest seed {f(w['min'])} is not above "
+                f"{l_name}'s highest {f(l['max'])}.")
+      if w["median"] < l["median"] + margin:
+        return (f"Reason: {w_name} leads {l_name} by {f(w['median'] - l['median'])} in the "
+                f"median, less than the {margin:g} margin.")
+  return ""
+
+
 def describe(spreads: Mapping[str, Mapping[str, Any]], digits: int = 3) -> str:
   return ", ".join(f"{k} {cell(v, digits)}" for k, v in spreads.items())
 
@@ -620,7 +651,7 @@ def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
       f"{', '.join(losers)} ({key.replace('_', ' ')} exact match, seeds that fit) and medians "
       f">= {MARGIN:g} apart",
       describe({**won, **lost}) or "no variant fit",
-      lambda: compare(won, lost), note=note)
+      lambda: compare(won, lost), note=note, note_if_not_held=why_not(won, lost))
 
 
 def spread_verdict(expectation: str, winners: Mapping[str, Mapping[str, Any]],
@@ -628,7 +659,8 @@ def spread_verdict(expectation: str, winners: Mapping[str, Mapping[str, Any]],
                    note: str = "") -> study_report.Verdict:
   """A claim on already computed spreads (e.g. suite means, MRR), checked by :func:`compare`."""
   return study_report.verdict(expectation, criterion, describe({**winners, **losers}),
-                              lambda: compare(winners, losers), note=note)
+                              lambda: compare(winners, losers), note=note,
+                              note_if_not_held=why_not(winners, losers))
 
 
 def run_study(options: study_report.StudyOptions, *, study: str, title: str,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -31,6 +32,27 @@ class CompareTest(absltest.TestCase):
     self.assertIsNone(engine.compare({"a": _spread()}, {"b": _spread(0.1)}))
     # One seed each: only the medians (the report labels it indicative).
     self.assertTrue(engine.compare({"a": _spread(0.5)}, {"b": _spread(0.1)}))
+
+  def test_why_not_names_the_pair_and_the_broken_part_of_the_criterion(self):
+    self.assertEqual(engine.why_not({"a": _spread(0.5, 0.6, 0.7)}, {"b": _spread(0.1, 0.2)}), "")
+    self.assertEqual(
+        engine.why_not({"none": _spread(0.1)}, {"sinusoidal": _spread(0.2)}),
+        "Reason: sinusoidal is ahead of none or level with it (medians 0.200 vs 0.100).")
+    self.assertIn("the seeds overlap: a's lowest seed 0.300 is not above b's highest 0.400",
+                  engine.why_not({"a": _spread(0.3, 0.6, 0.7)}, {"b": _spread(0.1, 0.3, 0.4)}))
+    self.assertIn("a leads b by 0.013 in the median, less than the 0.02 margin",
+                  engine.why_not({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50, 0.505)}))
+    self.assertEqual(engine.why_not({"a": _spread()}, {"b": _spread(0.1)}), "")
+
+  def test_a_verdict_that_did_not_hold_carries_its_reason(self):
+    entries = {v: {"fit": {"n": 3, "values": [1, 1, 1]}, "ood": _spread(*ood),
+                   "best_in_dist": _spread(1.0, 1.0, 1.0)}
+               for v, ood in (("none", (0.1, 0.12, 0.2)), ("sinusoidal", (0.15, 0.3, 0.31)))}
+    with mock.patch.object(engine, "comparable", lambda entry: True):
+      out = engine.group_verdict("NoPE beats APE", entries, ["none"], ["sinusoidal"],
+                                 convergence.Recipe())
+    self.assertFalse(out.held)
+    self.assertIn("Reason: sinusoidal is ahead of none", out.note)
 
   def test_summary_counts_ood_over_fitting_seeds_only(self):
     records = [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 300,
