@@ -67,6 +67,7 @@ _EXPORTS = {
     "apply_rope": "pejax.encodings",
     "permute_rope_weights": "pejax.encodings",
     "rope_angles": "pejax.encodings",
+    "rope_cos_sin": "pejax.encodings",
     "rope_inv_freq": "pejax.encodings",
     "rope_layout_permutation": "pejax.encodings",
     "rotate_with_angles": "pejax.encodings",

