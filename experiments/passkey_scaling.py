@@ -539,26 +539,24 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     per_seed.append(evaluate_seed(config, settings, runs_dir=runs_dir, log=log))
   L = settings.train_len
   spread = lambda values: engine.seed_spread(list(values))
-  every_seed = per_seed
   # A seed whose base model never retrieved at L cannot judge a scaling (the point):
-  # the numbers and tables are over the retrieving seeds, when there is any.
-  working = [s for s in per_seed if s["base"].fit] or per_seed
+  # the numbers and tables are over the retrieving seeds (``judged``), when there is any.
+  judged = [s for s in per_seed if s["base"].fit] or per_seed
   left_out = [seed for seed, s in zip(settings.seeds, per_seed) if not s["base"].fit]
-  per_seed = working
   numbers = {
-      "retrieving": {"n": sum(s["base"].fit for s in every_seed), "of": len(every_seed),
+      "retrieving": {"n": sum(s["base"].fit for s in per_seed), "of": len(per_seed),
                      "left_out": left_out},
-      "at_L": spread(mean_accuracy(s["zero_shot"]["none"], L) for s in per_seed),
-      "beyond": {n: spread(beyond(s["zero_shot"][n], L) for s in per_seed)
+      "at_L": spread(mean_accuracy(s["zero_shot"]["none"], L) for s in judged),
+      "beyond": {n: spread(beyond(s["zero_shot"][n], L) for s in judged)
                  for n in settings.scalings},
       "ft_at": {n: spread(mean_accuracy(s["finetuned"][n], settings.finetune_len)
-                          for s in per_seed) for n in settings.finetune_scalings},
+                          for s in judged) for n in settings.finetune_scalings},
       "ft_beyond": {n: spread(beyond(s["finetuned"][n], settings.finetune_len)
-                              for s in per_seed) for n in settings.finetune_scalings},
+                              for s in judged) for n in settings.finetune_scalings},
   }
   for v in verdicts(numbers, settings):
     report.add_verdict(v)
-  bases = [s["base"] for s in every_seed]
+  bases = [s["base"] for s in per_seed]
   report.section("Setup", "\n".join([
       f"- model: RoPE decoder, {base.model.num_layers} layers, d_model {base.model.d_model}, "
       f"{base.model.num_heads} heads; AdamW lr {base.optim.learning_rate:g}, warm-up "
@@ -582,22 +580,22 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       "validation split; accuracy = whole key right (teacher forcing = greedy)",
       f"- compute: {len(bases)} base models, "
       f"{sum(b.train_seconds for b in bases) / 60:.1f} min of base training + "
-      f"{sum(t.train_seconds for s in every_seed for t in s['finetunes'].values()) / 60:.1f} "
+      f"{sum(t.train_seconds for s in per_seed for t in s['finetunes'].values()) / 60:.1f} "
       "min of fine-tuning on this machine (original times for reused models)",
       "- tables and verdicts: median [min-max] over the seeds whose base model retrieves at L"
       + (f" (seed(s) {', '.join(map(str, left_out))} left out: no retrieval at L to extend)"
-         if left_out and len(working) < len(every_seed) else ""),
+         if left_out and len(judged) < len(per_seed) else ""),
   ]))
-  zs = {n: _mean_grid([s["zero_shot"][n] for s in per_seed]) for n in settings.scalings}
+  zs = {n: _mean_grid([s["zero_shot"][n] for s in judged]) for n in settings.scalings}
   header = ["scaling"] + [f"{l // L}x ({l})" for l in settings.lengths] + ["mean > L"]
-  rows = [[n] + [engine.cell(spread(mean_accuracy(s["zero_shot"][n], l) for s in per_seed), 2)
+  rows = [[n] + [engine.cell(spread(mean_accuracy(s["zero_shot"][n], l) for s in judged), 2)
                  for l in settings.lengths] + [engine.cell(numbers["beyond"][n], 2)]
           for n in settings.scalings]
   report.table(header, rows, caption="**Zero-shot passkey accuracy by length** (mean over "
                "depths; median [min-max] over seeds)")
   ft_lengths = [l for l in settings.lengths if l >= settings.finetune_len]
   rows = [[f"{n} (fine-tuned)"] + [engine.cell(spread(mean_accuracy(s["finetuned"][n], l)
-                                                      for s in per_seed), 2)
+                                                      for s in judged), 2)
                                    for l in ft_lengths] for n in settings.finetune_scalings]
   report.table(["fine-tune"] + [f"{l // L}x ({l})" for l in ft_lengths], rows,
                caption=f"**After {settings.finetune_steps} fine-tuning steps at "
@@ -610,7 +608,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
              "per_seed": [{"base": s["base"].to_json(),
                            "finetunes": {n: t.to_json() for n, t in s["finetunes"].items()},
                            "zero_shot": s["zero_shot"], "finetuned": s["finetuned"]}
-                          for s in every_seed]}
+                          for s in per_seed]}
   return study_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 

@@ -214,42 +214,51 @@ def run_dir_for(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: s
   return pathlib.Path(runs_dir) / f"{label}-{digest}"
 
 
-def _save_params(model, path: pathlib.Path) -> None:
+def _save_tree(tree: Any, path: pathlib.Path) -> None:
+  """Writes the leaves of ``tree`` to ``path`` (``.npz``, atomically)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
   tmp = path.with_name(path.name + ".tmp.npz")
-  np.savez(tmp, *[np.asarray(x) for x in leaves])
+  np.savez(tmp, *[np.asarray(x) for x in jax.tree.leaves(tree)])
   os.replace(tmp, path)
+
+
+def _read_tree(tree: Any, path: os.PathLike | str,
+               same: Callable[[np.ndarray, Any], bool]) -> Optional[Any]:
+  """``tree`` with the leaves stored at ``path``; ``None`` when they do not match (``same``)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  leaves, treedef = jax.tree.flatten(tree)
+  with np.load(path) as stored:
+    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+  if len(saved) != len(leaves) or not all(same(a, b) for a, b in zip(saved, leaves)):
+    return None
+  return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved])
+
+
+def _save_params(model, path: pathlib.Path) -> None:
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  _save_tree(nnx.state(model, nnx.Param), path)
 
 
 def load_params(model, path: os.PathLike | str) -> None:
   """Writes the weights saved by :func:`train_to_fit` into ``model`` (same config)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  state = nnx.state(model, nnx.Param)
-  leaves, treedef = jax.tree.flatten(state)
-  with np.load(path) as stored:
-    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
-  if len(saved) != len(leaves) or any(a.shape != b.shape for a, b in zip(saved, leaves)):
+  params = _read_tree(nnx.state(model, nnx.Param), path, lambda a, b: a.shape == b.shape)
+  if params is None:
     raise ValueError(f"{path} does not hold the weights of this model (shapes differ)")
-  nnx.update(model, jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved]))
+  nnx.update(model, params)
 
 
-def _training_leaves(model, optimizer) -> List[Any]:
-  import jax  # pylint: disable=g-import-not-at-top
+def _training_state(model, optimizer) -> tuple:
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  return jax.tree.leaves((nnx.state(model, nnx.Param), nnx.state(optimizer)))
+  return nnx.state(model, nnx.Param), nnx.state(optimizer)
 
 
 def _save_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer,
                    meta: Dict[str, Any]) -> None:
   """Writes the state at a check (arrays first, then the JSON that names them, both atomic)."""
   run_dir.mkdir(parents=True, exist_ok=True)
-  tmp = run_dir / (PROGRESS_FILE + ".tmp.npz")
-  np.savez(tmp, *[np.asarray(x) for x in _training_leaves(model, optimizer)])
-  os.replace(tmp, run_dir / PROGRESS_FILE)
+  _save_tree(_training_state(model, optimizer), run_dir / PROGRESS_FILE)
   tmp = run_dir / (PROGRESS_META + ".tmp")
   tmp.write_text(json.dumps({"key": key, **meta}, default=str))
   os.replace(tmp, run_dir / PROGRESS_META)
@@ -258,8 +267,6 @@ def _save_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimiz
 def _load_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer
                    ) -> Optional[Dict[str, Any]]:
   """Restores ``model`` and ``optimizer`` from an unfinished run; its metadata, else ``None``."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   meta_path, arrays_path = run_dir / PROGRESS_META, run_dir / PROGRESS_FILE
   if not meta_path.exists() or not arrays_path.exists():
@@ -270,15 +277,12 @@ def _load_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimiz
     return None
   if meta.get("key") != json.loads(json.dumps(dict(key), default=str)):
     return None
-  state = (nnx.state(model, nnx.Param), nnx.state(optimizer))
-  leaves, treedef = jax.tree.flatten(state)
-  with np.load(arrays_path) as stored:
-    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
-  if len(saved) != len(leaves) or any(
-      a.shape != b.shape or a.dtype != b.dtype for a, b in zip(saved, leaves)):
+  restored = _read_tree(_training_state(model, optimizer), arrays_path,
+                        lambda a, b: a.shape == b.shape and a.dtype == b.dtype)
+  if restored is None:
     raise ValueError(f"{arrays_path} does not hold the training state of this model (shapes "
                      "or dtypes differ); delete it to train from scratch")
-  params, opt_state = jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved])
+  params, opt_state = restored
   nnx.update(model, params)
   nnx.update(optimizer, opt_state)
   return meta

@@ -327,21 +327,14 @@ def compare(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mappi
 
   Returns:
     ``True`` when for each pair the winner's smallest seed value is above the loser's largest
-    and the medians differ by ``margin``; ``False`` otherwise; ``None`` when a side has no
-    value.
+    and the medians differ by ``margin``; ``False`` otherwise (:func:`why_not` says why);
+    ``None`` when a side has no value.
   """
-  won = [s for s in winners.values() if s and s.get("median") is not None]
-  lost = [s for s in losers.values() if s and s.get("median") is not None]
+  present = lambda side: {k: s for k, s in side.items() if s and s.get("median") is not None}
+  won, lost = present(winners), present(losers)
   if not won or not lost:
     return None
-  for w in won:
-    for l in lost:
-      if w["n"] > 1 or l["n"] > 1:
-        if not w["min"] > l["max"]:
-          return False
-      if w["median"] < l["median"] + margin:
-        return False
-  return True
+  return not why_not(won, lost, margin=margin)
 
 
 def why_not(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mapping[str, Any]],
@@ -356,8 +349,14 @@ def why_not(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mappi
 
   Returns:
     One sentence, e.g. ``"Reason: sinusoidal is ahead of none (medians 0.210 vs 0.105)."``;
-    empty when the comparison holds or cannot be made.
+    empty when the comparison holds or cannot be made. This is the criterion itself:
+    :func:`compare` holds exactly when it is empty.
+
+  Raises:
+    ValueError: for ``margin <= 0`` (a loser level with the winner would count as beaten).
   """
+  if not margin > 0:
+    raise ValueError(f"margin must be > 0, got {margin}")
   f = lambda x: study_report.fmt(x, digits)
   for w_name, w in winners.items():
     for l_name, l in losers.items():
