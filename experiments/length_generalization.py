@@ -154,7 +154,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   started = time.time()
   base = base_config(options)
   settings = engine.select_variants(settings or settings_for(options, base), options.pes)
-  runs_dir = options.models_dir(STUDY)
+  runs_dir = options.kept_models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)
   log(f"{STUDY}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "

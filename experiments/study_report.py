@@ -20,7 +20,8 @@ command; or ``--config=experiments/configs/<name>.py``, see :func:`study_config`
     --quick                        a few minutes on 2 CPU cores (fewer seeds, steps and lengths)
     --workdir                      report directory (default runs/<study>)
     --seeds=0,1,2                  seeds (default: the study's)
-    --config.study.runs_dir=DIR    trained models (default runs/<study>)
+    --config.study.runs_dir=DIR    trained models (default runs/<study>; the convergence
+                                   studies: <workdir>/models, whose records git keeps)
     --steps=N, --config.<path>=V   overrides of every base model, e.g. --config.model.d_model=256
 
 Studies define no absl flags; ``launch.py`` builds their :class:`StudyOptions`, and their
@@ -69,7 +70,8 @@ class StudyOptions:
   Attributes:
     quick: the few-minute variant.
     workdir: report directory; empty means ``runs/<study>``.
-    runs_dir: directory of the trained models; empty means ``runs/<study>``.
+    runs_dir: directory of the trained models; empty means ``runs/<study>`` (the convergence
+      studies: ``<report dir>/models``, see :meth:`kept_models_dir`).
     seeds: seeds to train; empty means the study's default for the mode.
     pes: PE variants to run (labels such as ``"rope"``, ``"rope+randomized"``); empty means the
       study's own list (studies that sweep PEs by capability; a subset for partial runs).
@@ -93,6 +95,16 @@ class StudyOptions:
 
   def models_dir(self, study: str) -> pathlib.Path:
     return pathlib.Path(self.runs_dir or os.path.join("runs", study))
+
+  def kept_models_dir(self, study: str) -> pathlib.Path:
+    """Models of the convergence studies: ``runs_dir``, else ``<report dir>/models``.
+
+    Their per-model records (``fit.json``: steps-to-fit and curve; ``eval.json``: accuracy by
+    size) are small and kept beside the report, where git keeps them and ignores the weights
+    (``.gitignore``). A full run too long for one session is committed in parts and resumes on
+    any clone: a model whose records are there is not trained (or evaluated) again.
+    """
+    return pathlib.Path(self.runs_dir) if self.runs_dir else self.report_dir(study) / "models"
 
   def seed_list(self, default: Sequence[int]) -> List[int]:
     return [int(s) for s in (self.seeds or default)]
@@ -124,7 +136,8 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   config.study.seeds = ""  # Comma-separated seeds; empty means the study's default.
   config.study.pes = ""  # Comma-separated PE variants (e.g. rope,alibi,rope+randomized) of the
   # algorithmic studies (alias --pes); empty means every variant the study sweeps.
-  config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>.
+  config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>
+  # (convergence studies: <workdir>/models).
   return config
 
 

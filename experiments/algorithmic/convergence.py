@@ -15,7 +15,9 @@ al. 2023 and Kazemnejad et al. 2023 discuss); model size and batch from the expe
 Resumability: each trained model is a directory ``<runs_dir>/<task>-<variant>-s<seed>-<hash>``
 (the hash covers every setting that defines the model: experiment config, recipe, training
 sizes, randomized positions), holding ``fit.json`` (the outcome) and ``params.npz`` (the
-weights). A finished directory is reused as is. While a model trains, every check also writes
+weights). A finished directory is reused as is, with or without its weights: the studies keep
+``fit.json`` and their ``eval.json`` in git and ignore the weights, so a full run committed in
+parts resumes on a fresh clone. While a model trains, every check also writes
 ``progress.npz`` (weights and optimizer moments) and ``progress.json`` (step, curve, data
 generator state, seconds so far), so a run killed half-way (a session's end, ``kill -9``) resumes
 at its last check and finishes with the weights and curve an uninterrupted run gets; each check
@@ -298,15 +300,26 @@ def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
 
 
 def load_model(result: FitResult, config: ml_collections.ConfigDict, *, pe: Any = None):
-  """The trained model of a :class:`FitResult` (optionally rebuilt with another PE config)."""
+  """The trained model of a :class:`FitResult` (optionally rebuilt with another PE config).
+
+  Raises:
+    FileNotFoundError: if the weights are not there: a record kept in git (``fit.json``,
+      ``eval.json``) has none, so only the evaluations it holds can be reused.
+  """
+  path = pathlib.Path(result.run_dir) / PARAMS_FILE
+  if not path.exists():
+    raise FileNotFoundError(
+        f"{path} is missing: {result.run_dir} keeps the record of a trained model (fit.json) "
+        "without its weights, so it cannot be evaluated anew; delete its fit.json to train it "
+        "again")
   model = build_model(config, pe=pe)
-  load_params(model, pathlib.Path(result.run_dir) / PARAMS_FILE)
+  load_params(model, path)
   return model
 
 
 def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitResult]:
   path = run_dir / RESULT_FILE
-  if not path.exists() or not (run_dir / PARAMS_FILE).exists():
+  if not path.exists():  # (The weights may be absent: git keeps records, not weights.)
     return None
   try:
     stored = json.loads(path.read_text())

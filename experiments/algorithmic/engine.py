@@ -671,7 +671,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
 
   Args:
     options: the study's options.
-    study: its name (default directories ``runs/<study>``).
+    study: its name (default report directory ``runs/<study>``, models in its ``models/``).
     title: the report title.
     base: the base experiment config.
     settings: the sweep.
@@ -686,7 +686,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   """
   started = time.time()
   settings = select_variants(settings, options.pes)
-  runs_dir = options.models_dir(study)
+  runs_dir = options.kept_models_dir(study)
   workdir = options.report_dir(study)
   workdir.mkdir(parents=True, exist_ok=True)
   log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import subprocess
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -74,6 +76,45 @@ class TinyRunTest(parameterized.TestCase):
     if module is kazemnejad_suite:
       self.assertIn("Mean reciprocal rank", report)
       self.assertIn("mrr_published_five", payload["results"])
+
+  @pytest.mark.slow
+  def test_a_run_resumes_from_records_kept_without_weights(self):
+    # What git keeps of a full run: fit.json and eval.json under <workdir>/models, no weights.
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(quick=True, workdir=str(tmp / "r"), overrides=TINY,
+                                        command="t")
+    settings = engine.Settings(tasks=(engine.TaskSpec("parity", 2, (1, 2, 3)),),
+                               variants=("rope",), seeds=(0,), recipe=RECIPE, examples=2)
+    first = kazemnejad_suite.run(options, settings=settings, log=lambda _: None)
+    models = tmp / "r" / "models"
+    (model_dir,) = models.iterdir()
+    self.assertTrue((model_dir / convergence.PARAMS_FILE).exists())
+    for weights in models.rglob("*.npz"):
+      weights.unlink()
+    lines = []
+    again = kazemnejad_suite.run(options, settings=settings, log=lines.append)
+    self.assertTrue(any("(reused," in line for line in lines), lines)
+    self.assertEqual(again["summary"], first["summary"])
+    self.assertFalse(list(models.rglob("*.npz")))  # Nothing was trained again.
+    fit = convergence.train_to_fit(
+        engine.variant_config(kazemnejad_suite.base_config(options), variant="rope", seed=0,
+                              max_position=settings.position_range),
+        RECIPE, task="parity", train_sizes=(1, 2), runs_dir=models, label="parity-rope-s0")
+    self.assertTrue(fit.reused)
+    with self.assertRaisesRegex(FileNotFoundError, "params.npz is missing: .* delete its fit.json"):
+      convergence.load_model(fit, kazemnejad_suite.base_config(options))
+
+  def test_git_keeps_the_records_of_committed_runs_and_ignores_their_weights(self):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists() or shutil.which("git") is None:
+      self.skipTest("not a git checkout")
+    base = "experiments/results/ruoss_suite/models/parity-rope-s0-0123456789"
+    ignored = subprocess.run(
+        ["git", "check-ignore", f"{base}/params.npz", f"{base}/progress.npz",
+         f"{base}/progress.json", f"{base}/fit.json", f"{base}/eval.json"],
+        cwd=root, capture_output=True, text=True, check=False).stdout.split()
+    self.assertEqual(ignored, [f"{base}/params.npz", f"{base}/progress.npz",
+                               f"{base}/progress.json"])
 
 
 if __name__ == "__main__":
