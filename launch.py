@@ -122,7 +122,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_bool("quick", None, "Alias of --config.study.quick (with --study).", **fv)
   flags.DEFINE_list("seeds", None, "Alias of --config.study.seeds (with --study).", **fv)
   flags.DEFINE_string("runs_dir", None, "Alias of --config.study.runs_dir (with --study): where "
-                      "the study's models live (default runs/<study>).", **fv)
+                      "the study's models live (default runs/<study>; the convergence studies: "
+                      "<workdir>/models, whose records git keeps).", **fv)
   flags.DEFINE_list("pes", None, "Alias of --config.study.pes (with --study): the PE variants "
                     "an algorithmic study runs, e.g. rope,alibi,rope+randomized.", **fv)
   _define_mesh_flags(fv)
