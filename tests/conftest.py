@@ -11,14 +11,30 @@ below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
   worker takes this process's setting, since its results are compared with in-process ones.
 * A persistent compilation cache shared by the xdist workers, by the subprocesses the tests
   start (``launch.py``, the mesh worker, studies: through the ``JAX_*`` environment variables set
-  here) and by later runs: ``~/.cache/pejax/jax-compilation-cache`` (``$XDG_CACHE_HOME`` if set;
-  about 35 MB for one version of the code, 46 MB after a day of changes here; no size cap, since JAX's evicting cache takes a file lock
-  on every read and write and made a cold run 2.7x slower). ``PEJAX_TEST_JAX_CACHE=DIR`` moves
-  it, ``PEJAX_TEST_JAX_CACHE=`` turns it off (the cold-cache timing of the README).
+  here) and by later runs: ``~/.cache/pejax/jax-compilation-cache/<host>`` (``$XDG_CACHE_HOME``
+  if set; about 35 MB for one version of the code, 46 MB after a day of changes here; no size
+  cap, since JAX's evicting cache takes a file lock on every read and write and made a cold run
+  2.7x slower). ``PEJAX_TEST_JAX_CACHE=DIR`` moves the root, ``PEJAX_TEST_JAX_CACHE=`` turns it
+  off (the cold-cache timing of the README).
+
+  ``<host>`` is a hash of the CPU (vendor, model, instruction-set flags) and of the Python, jax
+  and jaxlib versions. JAX's cache key names neither the host CPU nor, reliably, its features: an
+  XLA:CPU executable compiled on one machine and loaded on another (a home directory or cache
+  folder that moves between machines, as a CI checker's may) can crash the loading process with
+  a segmentation fault inside ``deserialize_executable``, which no ``except`` can catch. CI saw
+  exactly that (2026-12-01) and then ran past its time limit. Each host and software version
+  now reads only the executables it compiled itself.
+
+The per-test watchdog (``timeout`` in ``setup.cfg``, pytest-timeout, thread method) turns a test
+that hangs, in Python or inside XLA, into one failed test with every thread's stack printed,
+instead of a CI run that stops only at its global time limit.
 """
 
+import hashlib
 import os
 import pathlib
+import platform
+import re
 
 # Tests run on the CPU with deterministic float32 math; set before jax is imported anywhere.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -33,9 +49,35 @@ flags.FLAGS.mark_as_parsed()
 
 jax.config.update("jax_disable_most_optimizations", True)
 
+
+
+def host_fingerprint(cpuinfo: str | None = None) -> str:
+  """16 hex digits naming this host's CPU and the Python / jax / jaxlib that compile for it.
+
+  Executables in the persistent compilation cache are only valid for the machine code they were
+  compiled to; the fingerprint keeps each (CPU, software) pair in its own cache folder.
+
+  Args:
+    cpuinfo: the text of ``/proc/cpuinfo``; read from this host when None.
+  """
+  import jaxlib  # pylint: disable=import-outside-toplevel
+  parts = [platform.machine(), platform.python_version(), jax.__version__, jaxlib.__version__,
+           platform.processor()]
+  if cpuinfo is None:
+    try:
+      cpuinfo = pathlib.Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # Not Linux: platform.processor() above is all there is.
+      cpuinfo = ""
+  for field in ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features"):
+    match = re.search(rf"^{re.escape(field)}\s*:\s*(.*)$", cpuinfo, flags=re.MULTILINE)
+    parts.append(f"{field}={match.group(1).strip() if match else ''}")
+  return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 _USER_CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
-_CACHE_DIR = os.environ.get("PEJAX_TEST_JAX_CACHE",
-                            str(_USER_CACHE / "pejax" / "jax-compilation-cache"))
+_CACHE_ROOT = os.environ.get("PEJAX_TEST_JAX_CACHE",
+                             str(_USER_CACHE / "pejax" / "jax-compilation-cache"))
+_CACHE_DIR = str(pathlib.Path(_CACHE_ROOT) / host_fingerprint()) if _CACHE_ROOT else ""
 if _CACHE_DIR:
   # Environment variables so that subprocesses share the cache; jax.config for this process.
   os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE_DIR,
