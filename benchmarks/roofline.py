@@ -38,7 +38,7 @@ from flax import nnx
 
 from benchmarks.train_throughput import OPTIM, TOTAL_STEPS, make_batches
 from pejax.nn import Decoder, DecoderConfig
-from pejax.train import create_optimizer, make_train_step, model_inputs
+from pejax.train import bind_train_step, create_optimizer, make_train_step, model_inputs
 
 
 def peak_matmul_flops(sizes=(512, 1024, 2048), repeats: int = 10) -> dict:
@@ -84,17 +84,17 @@ def main() -> None:
   model = Decoder(config, rngs=nnx.Rngs(0))
   params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
   optimizer = create_optimizer(model, ml_collections.ConfigDict(OPTIM), total_steps=TOTAL_STEPS)
-  step = make_train_step()
+  step = bind_train_step(make_train_step(), model, optimizer)  # As the training loop.
   batches = [{k: jax.device_put(v) for k, v in model_inputs(b).items()}
              for b in make_batches(4, args.batch, args.length, 256)]
   for i in range(3):
-    jax.block_until_ready(step(model, optimizer, batches[i % 4]))
+    jax.block_until_ready(step(batches[i % 4]))
   peak = peak_matmul_flops()
   step_times = []
   for r in range(args.rounds):
     start = time.perf_counter()
     for i in range(args.steps):
-      out = step(model, optimizer, batches[(r + i) % 4])
+      out = step(batches[(r + i) % 4])
     jax.block_until_ready(out)
     step_times.append((time.perf_counter() - start) / args.steps)
   step_s = statistics.median(step_times)

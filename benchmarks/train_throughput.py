@@ -123,7 +123,7 @@ def _pejax_worker(args, options: dict, params_path: str):
   from pejax.nn import Decoder, DecoderConfig  # pylint: disable=g-import-not-at-top
   attention_module = importlib.import_module("pejax.nn.attention")  # The module, not the
   # function that pejax.nn re-exports under the same name.
-  from pejax.train import create_optimizer, make_train_step  # pylint: disable=g-import-not-at-top
+  from pejax.train import bind_train_step, create_optimizer, make_train_step  # pylint: disable=g-import-not-at-top
   from pejax.train import model_inputs  # pylint: disable=g-import-not-at-top
 
   if "chunk_from" in options:  # Causal chunking of dense attention from this length on.
@@ -137,13 +137,13 @@ def _pejax_worker(args, options: dict, params_path: str):
     np.savez(params_path + ".tmp.npz", **params)
     os.replace(params_path + ".tmp.npz", params_path)
   optimizer = create_optimizer(model, ml_collections.ConfigDict(OPTIM), total_steps=TOTAL_STEPS)
-  train_step = make_train_step()
+  train_step = bind_train_step(make_train_step(), model, optimizer)  # As the training loop.
   # Through the batch protocol as the training loop does (rows sharing positions: one [1, L] row).
   batches = [{k: jax.device_put(v) for k, v in model_inputs(b).items()}
              for b in make_batches(args.num_batches, args.batch, args.length, args.vocab)]
 
   def step(i: int):
-    return train_step(model, optimizer, batches[i % len(batches)])["loss"]
+    return train_step(batches[i % len(batches)])["loss"]
 
   def sync(loss) -> float:
     return float(jax.block_until_ready(loss))

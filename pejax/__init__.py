@@ -113,6 +113,7 @@ _EXPORTS = {
     "create_optimizer": "pejax.train",
     "Checkpointer": "pejax.train",
     "make_train_step": "pejax.train",
+    "bind_train_step": "pejax.train",
     "train_and_evaluate": "pejax.train.experiment",
     "get_default_config": "pejax.experiment_config",
 }

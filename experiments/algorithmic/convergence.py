@@ -421,7 +421,6 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
     if recipe.decay == "constant":
       optim.min_lr_ratio = 1.0
   optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
-  step_fn = train_step_lib.make_train_step()
   rng = np.random.default_rng([int(config.seed), 1])
   curve: List[tuple] = []
   losses: List[Any] = []
@@ -437,9 +436,11 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
     rng.bit_generator.state = resumed["rng_state"]
     earlier_seconds = float(resumed["seconds"])
     log(f"{label}: resuming at step {step} of {recipe.max_steps} (best held-out {best:.3f})")
+  # Bound after the resume above: the model graph is walked once, not on every step.
+  step_fn = train_step_lib.bind_train_step(train_step_lib.make_train_step(), model, optimizer)
   while step < recipe.max_steps:
     batch = make_batch(rng, step)
-    metrics = step_fn(model, optimizer, train_step_lib.model_inputs(batch))
+    metrics = step_fn(train_step_lib.model_inputs(batch))
     losses.append(metrics["loss"])
     step += 1
     if step % recipe.check_every == 0 or step == recipe.max_steps:

@@ -31,6 +31,7 @@ from pejax.train.optimizer import weight_decay_mask
 from pejax.train.progress import ProgressMeter
 from pejax.train.progress import format_duration
 from pejax.train.signals import StopRequest
+from pejax.train.train_step import bind_train_step
 from pejax.train.train_step import evaluate_batches
 from pejax.train.train_step import eval_step
 from pejax.train.train_step import make_train_step
@@ -59,6 +60,7 @@ __all__ = [
     "StopRequest",
     "TrainResult",
     "adamw_from_config",
+    "bind_train_step",
     "config_differences",
     "config_to_dict",
     "create_optimizer",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -234,7 +235,8 @@ def train(
     stop = signals_lib.StopRequest()
     if handle_signals:
       stack.enter_context(stop)
-    if train_step is None:
+    default_step = train_step is None
+    if default_step:
       train_step = train_step_lib.make_train_step(
           learning_rate_fn=optimizer_lib.schedule_from_config(
               config.optim, total_steps=total_steps))
@@ -248,8 +250,11 @@ def train(
     batch = _next_batch(train_iter) if step < total_steps else None
     if step < total_steps and batch is None:
       stop_reason = "data_exhausted"
+    # The default step is an nnx.jit function: bound, its graph walk runs once, not every step.
+    bound_step = (train_step_lib.bind_train_step(train_step, model, optimizer)
+                  if default_step else functools.partial(train_step, model, optimizer))
     while step < total_steps and batch is not None:
-      device_metrics = train_step(model, optimizer, train_step_lib.model_inputs(batch))
+      device_metrics = bound_step(train_step_lib.model_inputs(batch))
       step += 1
       batch_tokens = int(batch["inputs"].size)
       # Captured before prefetching, so it describes exactly `step` consumed batches.

@@ -210,6 +210,29 @@ class TrainStepTest(parameterized.TestCase):
     self.assertFalse(model.out.kernel[...].is_deleted())
     self.assertEqual(int(optimizer.step[...]), 2)
 
+  def test_bound_step_updates_the_originals_bit_identically(self):
+    # Two copies of the same start; one trained through bind_train_step, one called directly.
+    direct_model, direct_opt = self._setup()
+    bound_model, bound_opt = self._setup()
+    direct = train_step_lib.make_train_step()
+    bound = train_step_lib.bind_train_step(train_step_lib.make_train_step(), bound_model,
+                                           bound_opt)
+    for seed in range(4):
+      batch = train_step_lib.model_inputs(_batch(seed))
+      direct_metrics = direct(direct_model, direct_opt, batch)
+      bound_metrics = bound(batch)
+      chex.assert_trees_all_equal(jax.device_get(bound_metrics), jax.device_get(direct_metrics))
+    # The objects the caller holds carry the updates (shared Variables, not copies).
+    chex.assert_trees_all_equal(nnx.state(bound_model), nnx.state(direct_model))
+    self.assertEqual(int(bound_opt.step[...]), 4)
+    # Values set from outside between bound calls are what the next call reads.
+    nnx.update(bound_model, jax.tree.map(jnp.copy, nnx.state(direct_model)))  # Own buffers.
+    bound_model.out.bias[...] = bound_model.out.bias[...] + 1.0
+    direct_model.out.bias[...] = direct_model.out.bias[...] + 1.0
+    batch = train_step_lib.model_inputs(_batch(9))
+    chex.assert_trees_all_equal(jax.device_get(bound(batch)),
+                                jax.device_get(direct(direct_model, direct_opt, batch)))
+
   def test_runs_under_strict_rank_promotion(self):
     model, optimizer = self._setup()
     with jax.numpy_rank_promotion("raise"):
