@@ -106,6 +106,19 @@ def _xla_optimized(request):
     jax.config.update("jax_disable_most_optimizations", True)
 
 
+# --- xdist: a crashed worker neither hangs the run nor reruns its test (tests/xdist_scheduling.py)
+def _load_xdist_scheduling():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  path = pathlib.Path(__file__).with_name("xdist_scheduling.py")
+  spec = importlib.util.spec_from_file_location("pejax_tests_xdist_scheduling", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+pytest_xdist_make_scheduler = _load_xdist_scheduling().pytest_xdist_make_scheduler
+
+
 # --- Hypothesis profiles of the fuzz suite (tests/fuzz, issue 16) ------------------------------
 # "default": few draws, no deadline (the first draw compiles), derandomized (deterministic CI).
 # "long": many random draws; select it with --hypothesis-profile=long or HYPOTHESIS_PROFILE=long.

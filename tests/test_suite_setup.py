@@ -7,6 +7,7 @@ import configparser
 import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import jax
@@ -60,3 +61,35 @@ def test_a_hung_test_is_stopped_by_the_watchdog():
   assert pytest_section["timeout_method"] == "thread"  # Also stops a hang inside C++.
   assert "pytest-timeout" in config["options.extras_require"]["test"]
   assert "pytest_timeout" in sys.modules  # The plugin is installed and loaded.
+
+
+_CRASH_SUITE = {
+    "test_a.py": "def test_a1(): pass\ndef test_a2(): pass\ndef test_a3(): pass\n",
+    "test_b.py": "import os\ndef test_crash(): os._exit(1)\ndef test_after(): pass\n",
+    "test_c.py": ("import time\nclass TestC:\n  def test_c1(self): time.sleep(1)\n"
+                  "  def test_c2(self): pass\ndef test_d(): pass\n"),
+    "test_e.py": "import os\ndef test_e1(): pass\ndef test_e_crash(): os._exit(3)\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers):
+  # With xdist 3.8.0's own loadscope scheduler this run never ends (and reruns each crash).
+  for name, text in _CRASH_SUITE.items():
+    (tmp_path / name).write_text(text)
+  (tmp_path / "conftest.py").write_text(
+      "import importlib.util\n"
+      f"spec = importlib.util.spec_from_file_location('s', {str(ROOT / 'tests' / 'xdist_scheduling.py')!r})\n"
+      "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
+      "pytest_xdist_make_scheduler = module.pytest_xdist_make_scheduler\n")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+  result = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadscope",
+       "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+  out = result.stdout + result.stderr
+  assert result.returncode == 1, out
+  assert "2 failed, 8 passed" in out, out
+  assert "PASSED test_b.py::test_after" in out, out  # The rest of the crashed scope ran.
+  assert out.count("node down") == 2, out  # Each crash once, never rerun.
