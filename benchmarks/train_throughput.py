@@ -123,7 +123,8 @@ def _pejax_worker(args, options: dict, params_path: str):
   from pejax.nn import Decoder, DecoderConfig  # pylint: disable=g-import-not-at-top
   attention_module = importlib.import_module("pejax.nn.attention")  # The module, not the
   # function that pejax.nn re-exports under the same name.
-  from pejax.train import bind_train_step, create_optimizer, make_train_step  # pylint: disable=g-import-not-at-top
+  from pejax.train import bind_train_step  # pylint: disable=g-import-not-at-top
+  from pejax.train import create_optimizer, make_train_step  # pylint: disable=g-import-not-at-top
   from pejax.train import model_inputs  # pylint: disable=g-import-not-at-top
 
   if "chunk_from" in options:  # Causal chunking of dense attention from this length on.

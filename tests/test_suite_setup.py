@@ -78,9 +78,10 @@ def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers)
   # With xdist 3.8.0's own loadscope scheduler this run never ends (and reruns each crash).
   for name, text in _CRASH_SUITE.items():
     (tmp_path / name).write_text(text)
+  scheduling = str(ROOT / "tests" / "xdist_scheduling.py")
   (tmp_path / "conftest.py").write_text(
       "import importlib.util\n"
-      f"spec = importlib.util.spec_from_file_location('s', {str(ROOT / 'tests' / 'xdist_scheduling.py')!r})\n"
+      f"spec = importlib.util.spec_from_file_location('s', {scheduling!r})\n"
       "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
       "pytest_xdist_make_scheduler = module.pytest_xdist_make_scheduler\n")
   env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
