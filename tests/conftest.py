@@ -26,8 +26,8 @@ below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
   now reads only the executables it compiled itself.
 
 The per-test watchdog (``timeout`` in ``setup.cfg``, pytest-timeout, thread method) turns a test
-that hangs, in Python or inside XLA, into one failed test with every thread's stack printed,
-instead of a CI run that stops only at its global time limit.
+that hangs, in Python or inside XLA, into one failed test, its threads' stacks printed first by
+``faulthandler_timeout``, instead of a CI run that stops only at its global time limit.
 """
 
 import hashlib

@@ -59,6 +59,8 @@ def test_a_hung_test_is_stopped_by_the_watchdog():
   pytest_section = config["tool:pytest"]
   assert 60 <= int(pytest_section["timeout"]) <= 1200
   assert pytest_section["timeout_method"] == "thread"  # Also stops a hang inside C++.
+  # The stacks are printed (faulthandler) before the watchdog exits the worker.
+  assert 0 < int(pytest_section["faulthandler_timeout"]) < int(pytest_section["timeout"])
   assert "pytest-timeout" in config["options.extras_require"]["test"]
   assert "pytest_timeout" in sys.modules  # The plugin is installed and loaded.
 
@@ -94,3 +96,32 @@ def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers)
   assert "2 failed, 8 passed" in out, out
   assert "PASSED test_b.py::test_after" in out, out  # The rest of the crashed scope ran.
   assert out.count("node down") == 2, out  # Each crash once, never rerun.
+
+
+@pytest.mark.slow
+def test_the_watchdog_stops_a_hung_test_and_the_run_goes_on(tmp_path):
+  # The CI scenario: a test hangs, the watchdog (thread method) exits its worker, and the
+  # crash-safe scheduler lets the rest of the run finish.
+  (tmp_path / "test_hang.py").write_text(
+      "import time\ndef test_hangs(): time.sleep(600)\ndef test_after(): pass\n")
+  (tmp_path / "test_other.py").write_text("def test_1(): pass\ndef test_2(): pass\n")
+  scheduling = str(ROOT / "tests" / "xdist_scheduling.py")
+  (tmp_path / "conftest.py").write_text(
+      "import importlib.util\n"
+      f"spec = importlib.util.spec_from_file_location('s', {scheduling!r})\n"
+      "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
+      "pytest_xdist_make_scheduler = module.pytest_xdist_make_scheduler\n")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+  result = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "-p",
+       "no:cacheprovider", "-rA", "-o", "timeout=4", "-o", "timeout_method=thread",
+       "-o", "faulthandler_timeout=2",
+       str(tmp_path)],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+  out = result.stdout + result.stderr
+  assert result.returncode == 1, out
+  assert "1 failed, 3 passed" in out, out
+  # faulthandler's dump of every thread, the hung test's frame in it.
+  assert "Timeout (0:00:02)!" in out and "most recent call first" in out, out
+  assert re.search(r'test_hang\.py", line 2 in test_hangs', out), out
+  assert "PASSED test_hang.py::test_after" in out, out
