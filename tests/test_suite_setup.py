@@ -9,6 +9,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import jax
 import pytest
@@ -125,3 +126,84 @@ def test_the_watchdog_stops_a_hung_test_and_the_run_goes_on(tmp_path):
   assert "Timeout (0:00:02)!" in out and "most recent call first" in out, out
   assert re.search(r'test_hang\.py", line 2 in test_hangs', out), out
   assert "PASSED test_hang.py::test_after" in out, out
+
+
+class _FakeConfig:
+  """What LoadScopeScheduling reads of pytest's config: two workers, no reordering."""
+
+  class option:  # pylint: disable=invalid-name
+    loadscopereorder = False
+
+  def getvalue(self, name):
+    return {"tx": ["2*popen"], "dist": "loadscope"}[name]
+
+
+class _FakeNode:
+  """A worker as the scheduler sees it: the test indices it was sent, and a shutdown flag."""
+
+  def __init__(self, name):
+    self.name, self.sent, self.shutting_down = name, [], False
+    self.gateway = types.SimpleNamespace(id=name)
+
+  def send_runtest_some(self, indices):
+    assert indices, f"{self.name} was sent an empty work unit"
+    self.sent.extend(indices)
+
+  def shutdown(self):
+    self.shutting_down = True
+
+  def __repr__(self):
+    return self.name
+
+
+def _scheduling_module():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location("xdist_scheduling_under_test",
+                                                ROOT / "tests" / "xdist_scheduling.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_the_scheduler_replays_two_crashes_and_a_late_replacement_collection():
+  # The order of events that raised KeyError in xdist 3.8.0 on a fresh-clone CI run: both
+  # workers crash, and the first replacement's collection arrives while the second
+  # replacement is still collecting.
+  pytest.importorskip("xdist")
+  collection = [f"test_{m}.py::test_{i}" for m in "abc" for i in range(3)]
+  sched = _scheduling_module().pytest_xdist_make_scheduler(_FakeConfig(), None)
+  gw0, gw1 = _FakeNode("gw0"), _FakeNode("gw1")
+  for node in (gw0, gw1):
+    sched.add_node(node)
+    sched.add_node_collection(node, collection)
+  sched.schedule()
+  # Three modules, three tests each: gw0 holds a and c, gw1 holds b (at least two pending each).
+  ran = set()
+
+  def complete(node, nodeid):
+    sched.mark_test_complete(node, collection.index(nodeid))
+    ran.add(nodeid)
+
+  complete(gw0, "test_a.py::test_0")
+  crash0 = sched.remove_node(gw0)  # Crashes in test_a.py::test_1.
+  assert crash0 == "test_a.py::test_1"
+  crash1 = sched.remove_node(gw1)  # Crashes in its first test.
+  assert crash1 == "test_b.py::test_0"
+  gw2, gw3 = _FakeNode("gw2"), _FakeNode("gw3")
+  sched.add_node(gw2)
+  sched.add_node(gw3)
+  sched.add_node_collection(gw2, collection)
+  sched.schedule()  # gw3 has not collected yet: it must be left alone, not looked up.
+  assert not gw3.sent and not gw3.shutting_down
+  sched.add_node_collection(gw3, collection)
+  sched.schedule()
+  # Every test runs exactly once except the two that crashed; nothing is sent twice.
+  sent = [collection[i] for node in (gw2, gw3) for i in node.sent]
+  assert len(sent) == len(set(sent)), sent
+  assert set(sent) | ran | {crash0, crash1} == set(collection)
+  assert not set(sent) & (ran | {crash0, crash1})
+  for node in (gw2, gw3):
+    for nodeid in [collection[i] for i in node.sent]:
+      complete(node, nodeid)
+  assert sched.tests_finished
+  assert gw2.shutting_down and gw3.shutting_down

@@ -8,7 +8,10 @@ issues 1323, 1327, 1378; CI hit it on 2026-12-01 after a segmentation fault). A 
 worker given a single test also waits forever for a second one. This scheduler requeues only
 the unfinished tests of the crashed worker, the crashed test left out (xdist has already
 reported it failed, with the worker's output), and tops a worker up to at least two pending
-tests or shuts it down when nothing is left, so every worker can finish its queue.
+tests or shuts it down when nothing is left, so every worker can finish its queue. A
+replacement worker is given work only once its own collection has arrived: xdist 3.8.0 raised
+KeyError in ``registered_collections`` when another worker's collection finished first (issue
+1189; a fresh-clone CI run here hit it on 2026-12-02).
 
 Loaded by tests/conftest.py (the ``pytest_xdist_make_scheduler`` hook); no jax import, so a
 subprocess test can load it alone (tests/test_suite_setup.py).
@@ -41,6 +44,8 @@ def _crash_safe_load_scope_scheduling():
     def _reschedule(self, node):
       if node.shutting_down:
         return
+      if node not in self.registered_collections:
+        return  # A replacement still collecting: scheduled when its collection arrives.
       # A worker runs a test once it holds the next one (or a shutdown): keep it above two.
       while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
         self._assign_work_unit(node)
