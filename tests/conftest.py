@@ -50,7 +50,6 @@ flags.FLAGS.mark_as_parsed()
 jax.config.update("jax_disable_most_optimizations", True)
 
 
-
 def host_fingerprint(cpuinfo: str | None = None) -> str:
   """16 hex digits naming this host's CPU and the Python / jax / jaxlib that compile for it.
 
@@ -107,7 +106,8 @@ def _xla_optimized(request):
 
 
 # --- xdist: a crashed worker neither hangs the run nor reruns its test (tests/xdist_scheduling.py)
-def _load_xdist_scheduling():
+def load_xdist_scheduling():
+  """tests/xdist_scheduling.py as a module (the tests directory is not a package)."""
   import importlib.util  # pylint: disable=import-outside-toplevel
   path = pathlib.Path(__file__).with_name("xdist_scheduling.py")
   spec = importlib.util.spec_from_file_location("pejax_tests_xdist_scheduling", path)
@@ -116,7 +116,7 @@ def _load_xdist_scheduling():
   return module
 
 
-pytest_xdist_make_scheduler = _load_xdist_scheduling().pytest_xdist_make_scheduler
+pytest_xdist_make_scheduler = load_xdist_scheduling().pytest_xdist_make_scheduler
 
 
 # --- Hypothesis profiles of the fuzz suite (tests/fuzz, issue 16) ------------------------------

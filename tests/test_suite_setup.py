@@ -75,11 +75,12 @@ _CRASH_SUITE = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers):
-  # With xdist 3.8.0's own loadscope scheduler this run never ends (and reruns each crash).
-  for name, text in _CRASH_SUITE.items():
+def _run_suite_with_the_scheduler(tmp_path, files, *pytest_args, timeout):
+  """Runs ``files`` ({name: source}) in a pytest subprocess under tests/xdist_scheduling.py.
+
+  Its conftest loads only that module (no jax import), so the run takes seconds.
+  """
+  for name, text in files.items():
     (tmp_path / name).write_text(text)
   scheduling = str(ROOT / "tests" / "xdist_scheduling.py")
   (tmp_path / "conftest.py").write_text(
@@ -89,11 +90,19 @@ def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers)
       "pytest_xdist_make_scheduler = module.pytest_xdist_make_scheduler\n")
   env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
   result = subprocess.run(
-      [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadscope",
-       "-p", "no:cacheprovider", "-rA", str(tmp_path)],
-      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
-  out = result.stdout + result.stderr
-  assert result.returncode == 1, out
+      [sys.executable, "-m", "pytest", "-q", "--dist", "loadscope", "-p", "no:cacheprovider",
+       "-rA", *pytest_args, str(tmp_path)],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+  return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers):
+  # With xdist 3.8.0's own loadscope scheduler this run never ends (and reruns each crash).
+  returncode, out = _run_suite_with_the_scheduler(tmp_path, _CRASH_SUITE, "-n", str(workers),
+                                                  timeout=300)
+  assert returncode == 1, out
   assert "2 failed, 8 passed" in out, out
   assert "PASSED test_b.py::test_after" in out, out  # The rest of the crashed scope ran.
   assert out.count("node down") == 2, out  # Each crash once, never rerun.
@@ -103,24 +112,13 @@ def test_a_crashed_worker_fails_its_test_and_the_run_finishes(tmp_path, workers)
 def test_the_watchdog_stops_a_hung_test_and_the_run_goes_on(tmp_path):
   # The CI scenario: a test hangs, the watchdog (thread method) exits its worker, and the
   # crash-safe scheduler lets the rest of the run finish.
-  (tmp_path / "test_hang.py").write_text(
-      "import time\ndef test_hangs(): time.sleep(600)\ndef test_after(): pass\n")
-  (tmp_path / "test_other.py").write_text("def test_1(): pass\ndef test_2(): pass\n")
-  scheduling = str(ROOT / "tests" / "xdist_scheduling.py")
-  (tmp_path / "conftest.py").write_text(
-      "import importlib.util\n"
-      f"spec = importlib.util.spec_from_file_location('s', {scheduling!r})\n"
-      "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
-      "pytest_xdist_make_scheduler = module.pytest_xdist_make_scheduler\n")
-  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-  result = subprocess.run(
-      [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "-p",
-       "no:cacheprovider", "-rA", "-o", "timeout=4", "-o", "timeout_method=thread",
-       "-o", "faulthandler_timeout=2",
-       str(tmp_path)],
-      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
-  out = result.stdout + result.stderr
-  assert result.returncode == 1, out
+  files = {"test_hang.py": "import time\ndef test_hangs(): time.sleep(600)\n"
+                          "def test_after(): pass\n",
+           "test_other.py": "def test_1(): pass\ndef test_2(): pass\n"}
+  returncode, out = _run_suite_with_the_scheduler(
+      tmp_path, files, "-n", "2", "-o", "timeout=4", "-o", "timeout_method=thread", "-o",
+      "faulthandler_timeout=2", timeout=120)
+  assert returncode == 1, out
   assert "1 failed, 3 passed" in out, out
   # faulthandler's dump of every thread, the hung test's frame in it.
   assert "Timeout (0:00:02)!" in out and "most recent call first" in out, out
@@ -156,22 +154,14 @@ class _FakeNode:
     return self.name
 
 
-def _scheduling_module():
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.spec_from_file_location("xdist_scheduling_under_test",
-                                                ROOT / "tests" / "xdist_scheduling.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def test_the_scheduler_replays_two_crashes_and_a_late_replacement_collection():
+def test_the_scheduler_replays_two_crashes_and_a_late_replacement_collection(conftest_module):
   # The order of events that raised KeyError in xdist 3.8.0 on a fresh-clone CI run: both
   # workers crash, and the first replacement's collection arrives while the second
   # replacement is still collecting.
   pytest.importorskip("xdist")
   collection = [f"test_{m}.py::test_{i}" for m in "abc" for i in range(3)]
-  sched = _scheduling_module().pytest_xdist_make_scheduler(_FakeConfig(), None)
+  module = conftest_module.load_xdist_scheduling()
+  sched = module.pytest_xdist_make_scheduler(_FakeConfig(), None)
   gw0, gw1 = _FakeNode("gw0"), _FakeNode("gw1")
   for node in (gw0, gw1):
     sched.add_node(node)

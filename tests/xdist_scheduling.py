@@ -7,7 +7,7 @@ work units that are never marked complete, so the run waits forever (pytest-dev/
 issues 1323, 1327, 1378; CI hit it on 2026-12-01 after a segmentation fault). A replacement
 worker given a single test also waits forever for a second one. This scheduler requeues only
 the unfinished tests of the crashed worker, the crashed test left out (xdist has already
-reported it failed, with the worker's output), and tops a worker up to at least two pending
+reported it failed, with the worker's output), and tops a worker up to more than two pending
 tests or shuts it down when nothing is left, so every worker can finish its queue. A
 replacement worker is given work only once its own collection has arrived: xdist 3.8.0 raised
 KeyError in ``registered_collections`` when another worker's collection finished first (issue

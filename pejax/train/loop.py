@@ -235,11 +235,12 @@ def train(
     stop = signals_lib.StopRequest()
     if handle_signals:
       stack.enter_context(stop)
-    default_step = train_step is None
-    if default_step:
-      train_step = train_step_lib.make_train_step(
-          learning_rate_fn=optimizer_lib.schedule_from_config(
-              config.optim, total_steps=total_steps))
+    if train_step is None:  # An nnx.jit step, bound: its graph walk runs once, not every step.
+      bound_step = train_step_lib.bind_train_step(
+          train_step_lib.make_train_step(learning_rate_fn=optimizer_lib.schedule_from_config(
+              config.optim, total_steps=total_steps)), model, optimizer)
+    else:
+      bound_step = functools.partial(train_step, model, optimizer)
     meter = progress_lib.ProgressMeter(
         total_steps=total_steps, log_every=log_every, start_step=start_step, log_fn=log_fn)
 
@@ -250,9 +251,6 @@ def train(
     batch = _next_batch(train_iter) if step < total_steps else None
     if step < total_steps and batch is None:
       stop_reason = "data_exhausted"
-    # The default step is an nnx.jit function: bound, its graph walk runs once, not every step.
-    bound_step = (train_step_lib.bind_train_step(train_step, model, optimizer)
-                  if default_step else functools.partial(train_step, model, optimizer))
     while step < total_steps and batch is not None:
       device_metrics = bound_step(train_step_lib.model_inputs(batch))
       step += 1
