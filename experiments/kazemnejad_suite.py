@@ -53,7 +53,8 @@ def _spec(task: str, scale: int = 10) -> engine.TaskSpec:
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
   """Quick: copy and parity at half size, NoPE / RoPE / sinusoidal, 1 seed, cap 1000.
-  Full: the 6 tasks, every PE, 3 seeds, cap 6000."""
+  Full: the 6 tasks, every PE, 3 seeds, cap 6000 (a second run with cap 12000 for a model that
+  did not fit)."""
   runnable = study_report.runnable_pes(config)
   if options.quick:
     return engine.Settings(
@@ -64,7 +65,8 @@ def settings_for(options: study_report.StudyOptions,
   return engine.Settings(
       tasks=tuple(_spec(t) for t in TASKS), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32)
+      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32,
+      rescue_steps=engine.second_run_cap(options.steps or 6000))
 
 
 def reciprocal_ranks(scores: Mapping[str, float]) -> Dict[str, float]:

@@ -61,7 +61,8 @@ def _spec(task: str, train_max: int, test_sizes: tuple) -> engine.TaskSpec:
 def settings_for(options: study_report.StudyOptions,
                  config: ml_collections.ConfigDict) -> engine.Settings:
   """Quick: 2 tasks, rope with and without randomized positions, 1 seed, sizes to 32, cap 1000.
-  Full: 9 tasks, every PE with and without, 3 seeds, train <= 40, test to 500, cap 6000."""
+  Full: 9 tasks, every PE with and without, 3 seeds, train <= 40, test to 500, cap 6000 (a
+  second run with cap 12000 for a model that did not fit)."""
   if options.quick:
     variants = tuple(v for v in ("rope", "rope" + engine.RANDOMIZED)
                      if engine.parse_variant(v)[0] in study_report.runnable_pes(config))
@@ -72,7 +73,8 @@ def settings_for(options: study_report.StudyOptions,
   return engine.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
       variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32)
+      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32,
+      rescue_steps=engine.second_run_cap(options.steps or 6000))
 
 
 def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:

@@ -12,9 +12,15 @@ a convergence :class:`~experiments.convergence.Recipe`) plus its published claim
    model;
 3. summarizes over seeds (median [min-max]), the OOD accuracy counted only for seeds that fit.
 
+A model that does not fit within the cap gets one second run from scratch with a longer cap
+(``Settings.rescue_steps``), so that slow learners are not judged on an unfinished model.
+
 Verdicts (:func:`compare`) use the seed spread: a claim "A beats B" holds only when every seed
 of A is above every seed of B (the min-max ranges do not overlap) and the medians differ by at
-least a margin. With one seed (quick mode) the outcome is labelled indicative.
+least a margin. With one seed (quick mode) the outcome is labelled indicative. A variant that
+fit in no majority of its seeds still enters, with each seed that did not fit counted 0 out of
+distribution (a model that did not learn the task is given no credit beyond it); the same rule
+makes the suite means and the leaderboard.
 
 Variants: a PE registry name, or ``<pe>+randomized`` (Ruoss et al. 2023: training positions are
 sorted samples of ``[0, max_position)``; at test time positions keep being sampled, the paper's
@@ -46,6 +52,8 @@ from experiments import study_report
 
 RANDOMIZED = "+randomized"
 MARGIN = 0.02  # Medians must differ by at least this much on top of separated seed ranges.
+OOD_KEYS = ("ood", "ood_2x", "ood_far")
+STRICT = "_strict"  # Suffix of the spreads over every seed, unfit seeds counted 0.
 ROW_BUCKETS = tuple(sorted({b * 2**k for b in (16, 24) for k in range(12)}))
 
 
@@ -94,6 +102,8 @@ class Settings:
     examples: test examples per size.
     max_position: range of randomized positions and rows of a bounded table; 0 means the
       longest test row.
+    rescue_steps: the cap of a second run from scratch for a model that did not fit within
+      ``recipe.max_steps`` (its cosine decay spans the new cap); 0 means no second run.
   """
 
   tasks: tuple
@@ -102,6 +112,19 @@ class Settings:
   recipe: convergence.Recipe
   examples: int = 32
   max_position: int = 0
+  rescue_steps: int = 0
+
+  def __post_init__(self):
+    if self.rescue_steps and self.rescue_steps <= self.recipe.max_steps:
+      raise ValueError(f"rescue_steps must be 0 or above the cap {self.recipe.max_steps}, got "
+                       f"{self.rescue_steps}")
+
+  @property
+  def rescue_recipe(self) -> Optional[convergence.Recipe]:
+    """The recipe of a second run, or ``None`` when there is none."""
+    if not self.rescue_steps:
+      return None
+    return dataclasses.replace(self.recipe, max_steps=int(self.rescue_steps))
 
   @property
   def position_range(self) -> int:
@@ -294,7 +317,10 @@ def cell(spread: Mapping[str, Any], digits: int = 2) -> str:
 
 
 def summarize_variant(seeds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-  """Spreads of one (task, variant) over its seed records (OOD keys over the fitting seeds).
+  """Spreads of one (task, variant) over its seed records.
+
+  The OOD keys (``ood``, ``ood_2x``, ``ood_far``) are over the seeds that fit; the same keys
+  with the ``_strict`` suffix are over every seed, a seed that did not fit counted 0.
 
   Args:
     seeds: per seed ``{"fit": bool, "in_dist", "steps", "steps_to_fit", "best_in_dist",
@@ -306,13 +332,22 @@ def summarize_variant(seeds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
          "best_in_dist": seed_spread([s["best_in_dist"] for s in seeds]),
          "steps": seed_spread([s["steps"] for s in seeds]),
          "steps_to_fit": seed_spread([s["steps_to_fit"] for s in fitting])}
-  for key in ("ood", "ood_2x", "ood_far"):
+  for key in OOD_KEYS:
     out[key] = seed_spread([s.get(key) for s in fitting])
+    out[key + STRICT] = seed_spread([strict_value(s, key) for s in seeds])
   return out
 
 
+def strict_value(record: Mapping[str, Any], key: str = "ood") -> Optional[float]:
+  """A seed's ``key`` where a seed that did not fit counts 0 (``None``: nothing measured)."""
+  if not record["fit"]:
+    return 0.0
+  return record.get(key)
+
+
 def comparable(entry: Optional[Mapping[str, Any]]) -> bool:
-  """Whether a majority of the seeds fit in-distribution (the variant enters the verdicts)."""
+  """Whether a majority of the seeds fit in-distribution (the variant enters the verdicts with
+  the seeds that fit; otherwise with every seed, unfit ones counted 0)."""
   return entry is not None and 2 * entry["fit"] > entry["seeds"]
 
 
@@ -384,7 +419,11 @@ def describe(spreads: Mapping[str, Mapping[str, Any]], digits: int = 3) -> str:
 
 @dataclasses.dataclass
 class Outcome:
-  """One trained and evaluated model."""
+  """One trained and evaluated model.
+
+  ``fit`` is the run that was evaluated; ``first`` the run within the study's cap that did not
+  fit, when a second run with the longer cap replaced it (``None`` otherwise).
+  """
 
   task: str
   variant: str
@@ -393,11 +432,17 @@ class Outcome:
   evals: Dict[str, Dict[str, float]]
   protocol: str
   aggregate: Dict[str, Optional[float]]
+  first: Optional[convergence.FitResult] = None
+
+  @property
+  def train_seconds(self) -> float:
+    return self.fit.train_seconds + (self.first.train_seconds if self.first else 0.0)
 
   def record(self) -> Dict[str, Any]:
     return {"seed": self.seed, "fit": self.fit.fit, "in_dist": self.fit.in_dist,
             "best_in_dist": self.fit.best_in_dist, "steps": self.fit.steps,
-            "steps_to_fit": self.fit.steps_to_fit, **self.aggregate}
+            "steps_to_fit": self.fit.steps_to_fit, "second_run": self.first is not None,
+            **self.aggregate}
 
 
 def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
@@ -421,28 +466,37 @@ def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
   for seed in settings.seeds:  # Seed-major: a partial run has every variant at seed 0 first.
     for spec in settings.tasks:
       for variant in settings.variants:
-        pe, randomized = parse_variant(variant)
+        randomized = parse_variant(variant)[1]
         config = variant_config(base, variant=variant, seed=seed,
                                 max_position=settings.position_range)
-        fit = convergence.train_to_fit(
-            config, settings.recipe, task=spec.name, train_sizes=(spec.train_min,
-                                                                  spec.train_max),
-            runs_dir=runs_dir, label=f"{spec.name}-{variant.replace('+', '_')}-s{seed}",
-            randomized=settings.position_range if randomized else None, log=log)
+        label = f"{spec.name}-{variant.replace('+', '_')}-s{seed}"
+
+        def train(recipe, label=label, config=config, spec=spec, randomized=randomized):
+          return convergence.train_to_fit(
+              config, recipe, task=spec.name, train_sizes=(spec.train_min, spec.train_max),
+              runs_dir=runs_dir, label=label,
+              randomized=settings.position_range if randomized else None, log=log)
+
+        fit, first = train(settings.recipe), None
+        if not fit.fit and settings.rescue_recipe is not None:
+          log(f"{label}: did not fit within {settings.recipe.max_steps} steps (best "
+              f"{fit.best_in_dist:.3f}); a second run from scratch with a cap of "
+              f"{settings.rescue_steps}")
+          first, fit = fit, train(settings.rescue_recipe,
+                                  label=f"{label}-cap{settings.rescue_steps}")
         evals = evaluate(fit, config, spec, settings, randomized=randomized)
         protocol = "sampled" if "sampled" in evals else "arange"
         agg = aggregate(evals[protocol], spec)
-        out[(spec.name, variant, seed)] = Outcome(spec.name, variant, seed, fit, evals,
-                                                  protocol, agg)
+        outcome = Outcome(spec.name, variant, seed, fit, evals, protocol, agg, first=first)
+        out[(spec.name, variant, seed)] = outcome
         done += 1
-        how = "reused" if fit.reused else f"{fit.train_seconds:.0f}s"
+        how = "reused" if fit.reused else f"{outcome.train_seconds:.0f}s"
         status = (f"fit at step {fit.steps_to_fit}" if fit.fit else
                   f"did not fit: best {fit.best_in_dist:.3f} at step {fit.best_step} of "
-                  f"{fit.steps}")
+                  f"{fit.steps}") + (" (second run)" if first else "")
         log(f"[{done}/{n}] {spec.name} {variant} seed {seed}: {status}, OOD "
             f"{study_report.fmt(agg['ood'], 3)} ({how}, {(time.time() - started) / 60:.1f} "
             "min so far)")
-        del pe
   return out
 
 
@@ -461,19 +515,24 @@ def summaries(settings: Settings, outcomes: Mapping[tuple, Outcome]) -> Dict[str
 
 def suite_mean(settings: Settings, outcomes: Mapping[tuple, Outcome], variant: str
                ) -> Dict[str, Any]:
-  """Spread over seeds of the mean OOD accuracy across the tasks (unfit seeds of a task count
-  as its accuracy: a model that did not learn the task is not rewarded for it)."""
+  """Spread over seeds of the mean OOD accuracy across the tasks (a task a seed did not fit
+  counts 0: a model that did not learn the task is given no credit beyond it)."""
   per_seed = []
   for seed in settings.seeds:
-    values = []
-    for spec in settings.tasks:
-      o = outcomes[(spec.name, variant, seed)]
-      values.append(o.aggregate["ood"] if o.aggregate["ood"] is not None else 0.0)
+    values = [strict_value(outcomes[(spec.name, variant, seed)].record()) or 0.0
+              for spec in settings.tasks]
     per_seed.append(float(np.mean(values)))
   return seed_spread(per_seed)
 
 
-def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe) -> str:
+def cap_text(recipe: convergence.Recipe, rescue_steps: int = 0) -> str:
+  """``"6000 steps"``, or ``"6000 steps (or 12000 in a second run)"``."""
+  return f"{recipe.max_steps} steps" + (f" (or {rescue_steps} in a second run)"
+                                        if rescue_steps else "")
+
+
+def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe, *,
+              rescue_steps: int = 0) -> str:
   """Which variants fit per task, and how far the others got."""
   lines = []
   for task, variants in summary.items():
@@ -481,7 +540,7 @@ def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Reci
     bad = [f"{v} ({e['fit']}/{e['seeds']}, best {cell(e['best_in_dist'], 3)})"
            for v, e in variants.items() if not comparable(e)]
     lines.append(f"- {task}: fit (>= {recipe.fit_threshold:g} held-out in-distribution exact "
-                 f"match within {recipe.max_steps} steps) in a majority of seeds: "
+                 f"match within {cap_text(recipe, rescue_steps)}) in a majority of seeds: "
                  f"{', '.join(ok) or 'none'}; did not: {', '.join(bad) or 'none'}.")
   return "\n".join(lines)
 
@@ -494,8 +553,9 @@ def task_table(entries: Mapping[str, Mapping[str, Any]], recipe: convergence.Rec
   rows = []
   for variant, e in entries.items():
     per_seed = ", ".join(
-        str(r["steps_to_fit"]) if r["steps_to_fit"] is not None
-        else f"no ({study_report.fmt(r['best_in_dist'], 2)})" for r in e.get("records", []))
+        (str(r["steps_to_fit"]) if r["steps_to_fit"] is not None
+         else f"no ({study_report.fmt(r['best_in_dist'], 2)})")
+        + (" (2nd run)" if r.get("second_run") else "") for r in e.get("records", []))
     row = [variant, f"{e['fit']}/{e['seeds']}", per_seed or cell(e["steps_to_fit"], 0),
            cell(e["in_dist"], 3)]
     if e["fit"]:
@@ -523,6 +583,11 @@ def curves(settings: Settings, outcomes: Mapping[tuple, Outcome], task: str
   return series
 
 
+def second_run_cap(cap: int) -> int:
+  """The second-run cap (``Settings.rescue_steps``) of the full modes: twice the first cap."""
+  return 2 * int(cap)
+
+
 def quick_label(settings: Settings) -> str:
   return (f"{len(settings.seeds)} seed{'s' if len(settings.seeds) > 1 else ''}, at most "
           f"{settings.recipe.max_steps} steps")
@@ -539,7 +604,10 @@ def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str
       f"is scored every {r.check_every} steps and training stops at exact match >= "
       f"{r.fit_threshold:g} (steps-to-fit) or at {r.max_steps} steps"
       + (f"; curriculum: the largest training size grows over the first {r.curriculum_steps} "
-         "steps" if r.curriculum_steps else ""),
+         "steps" if r.curriculum_steps else "")
+      + (f"; a model that does not fit gets a second run from scratch with a cap of "
+         f"{settings.rescue_steps} steps (its cosine decay spans that cap; the tables mark "
+         "it 2nd run)" if settings.rescue_steps else ""),
       f"- seeds: {', '.join(str(s) for s in settings.seeds)}; tables: median [min-max] over "
       "seeds, OOD over the seeds that fit",
       f"- test: {settings.examples} examples per size, exact match of the whole answer "
@@ -551,12 +619,13 @@ def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str
        f"- a bounded table (learned positions) has {settings.position_range} rows"),
       f"- verdicts: a claim holds only when every seed of the expected winner is above every "
       f"seed of the expected loser (min-max ranges do not overlap) and the medians differ by "
-      f">= {MARGIN:g}; with one seed it is indicative only",
+      f">= {MARGIN:g}; a variant that fit in no majority of its seeds enters with its unfit "
+      "seeds counted 0; with one seed it is indicative only",
   ]
 
 
 def training_minutes(outcomes: Mapping[tuple, Outcome]) -> float:
-  return sum(o.fit.train_seconds for o in outcomes.values()) / 60
+  return sum(o.train_seconds for o in outcomes.values()) / 60
 
 
 def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
@@ -572,7 +641,8 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
   if sizes_note:
     lines.append(sizes_note)
   report.section("Setup", "\n".join(lines))
-  report.section("Which models fit in-distribution", fit_lines(summary, settings.recipe))
+  report.section("Which models fit in-distribution",
+                 fit_lines(summary, settings.recipe, rescue_steps=settings.rescue_steps))
   for spec in settings.tasks:
     header, rows = task_table(summary[spec.name], settings.recipe)
     report.section(f"{spec.name}")
@@ -617,11 +687,13 @@ def report_for(title: str, *, study: str, options: study_report.StudyOptions,
 
 def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
                   winners: Sequence[str], losers: Sequence[str], recipe: convergence.Recipe,
-                  *, key: str = "ood") -> study_report.Verdict:
+                  *, key: str = "ood", rescue_steps: int = 0) -> study_report.Verdict:
   """The claim "every winner beats every loser on ``key``", checked beyond the seed spread.
 
-  Variants that fit in no majority of their seeds are left out and named in the note with how
-  far they got (their best held-out in-distribution accuracy).
+  Variants that fit in a majority of their seeds enter with ``key`` over the seeds that fit;
+  the others with ``key`` over every seed, a seed that did not fit counted 0 (a model that did
+  not learn the task is given no credit beyond it). The note names them with how far they got
+  (their best held-out in-distribution accuracy), so the verdict is always measured.
 
   Args:
     expectation: the published claim.
@@ -629,27 +701,29 @@ def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
     winners: expected winners.
     losers: expected losers.
     recipe: the convergence recipe (for the note).
-    key: the compared spread.
+    key: the compared spread (``ood``, ``ood_2x`` or ``ood_far``).
+    rescue_steps: the cap of the second runs (for the note), 0 for none.
 
   Returns:
     The :class:`~experiments.study_report.Verdict`.
   """
   unfit = [v for v in list(winners) + list(losers) if not comparable(entries[v])]
-  won = {v: entries[v][key] for v in winners if comparable(entries[v])}
-  lost = {v: entries[v][key] for v in losers if comparable(entries[v])}
+  pick = lambda v: entries[v][key] if comparable(entries[v]) else entries[v][key + STRICT]
+  won = {v: pick(v) for v in winners}
+  lost = {v: pick(v) for v in losers}
   note = ""
   if unfit:
     note = (f"{', '.join(unfit)} did not fit (>= {recipe.fit_threshold:g} held-out "
-            f"in-distribution within {recipe.max_steps} steps) in a majority of seeds; best "
-            "in-distribution: " + ", ".join(
+            f"in-distribution within {cap_text(recipe, rescue_steps)}) in a majority of "
+            "seeds (best in-distribution: " + ", ".join(
                 f"{v} {cell(entries[v]['best_in_dist'], 3)}" for v in unfit)
-            + "; left out of the comparison.")
+            + "); compared with every seed, a seed that did not fit counted 0.")
   return study_report.verdict(
       expectation,
       f"every seed of each of {', '.join(winners)} above every seed of each of "
-      f"{', '.join(losers)} ({key.replace('_', ' ')} exact match, seeds that fit) and medians "
-      f">= {MARGIN:g} apart",
-      describe({**won, **lost}) or "no variant fit",
+      f"{', '.join(losers)} ({key.replace('_', ' ')} exact match, seeds that fit; a variant "
+      f"that fit in no majority counts its unfit seeds 0) and medians >= {MARGIN:g} apart",
+      describe({**won, **lost}) or "no model was trained",
       lambda: compare(won, lost), note=note, note_if_not_held=why_not(won, lost))
 
 

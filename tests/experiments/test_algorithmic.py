@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from unittest import mock
@@ -67,6 +68,101 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(entry["ood"]["max"], 0.4)
     self.assertEqual(entry["steps_to_fit"]["median"], 400)
     self.assertEqual(engine.cell(entry["best_in_dist"], 2), "0.99 [0.90-1.00]")
+
+  def test_strict_spreads_count_every_seed_with_unfit_ones_zero(self):
+    records = [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 300,
+                "steps_to_fit": 300, "ood": 0.4, "ood_2x": 0.5, "ood_far": 0.3},
+               {"fit": False, "in_dist": 0.8, "best_in_dist": 0.9, "steps": 1000,
+                "steps_to_fit": None, "ood": 0.9, "ood_2x": 0.9, "ood_far": 0.9}]
+    entry = engine.summarize_variant(records)
+    self.assertEqual(entry["ood_strict"]["values"], [0.4, 0.0])
+    self.assertEqual(entry["ood_far_strict"]["values"], [0.3, 0.0])
+    self.assertEqual(entry["ood"]["values"], [0.4])
+
+  def test_a_variant_that_fit_in_no_majority_still_gets_a_measured_verdict(self):
+    fit = lambda *ood: engine.summarize_variant([
+        {"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 100, "steps_to_fit": 100,
+         "ood": v, "ood_2x": v, "ood_far": v} for v in ood])
+    unfit = engine.summarize_variant([
+        {"fit": f, "in_dist": 0.9, "best_in_dist": b, "steps": 600, "steps_to_fit": None,
+         "ood": 0.8, "ood_2x": 0.8, "ood_far": 0.8} for f, b in ((False, 0.95), (False, 0.97))]
+        + [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 500, "steps_to_fit": 500,
+            "ood": 0.6, "ood_2x": 0.6, "ood_far": 0.6}])
+    entries = {"rope+randomized": unfit, "rope": fit(0.1, 0.2, 0.3)}
+    out = engine.group_verdict("randomized helps rope", entries, ["rope+randomized"], ["rope"],
+                               convergence.Recipe(max_steps=600), rescue_steps=1200)
+    self.assertIs(out.held, False)  # [0, 0, 0.6] overlaps [0.1, 0.3]: measured, not held.
+    self.assertIn("rope+randomized 0.000 [0.000-0.600]", out.measured)
+    self.assertIn("within 600 steps (or 1200 in a second run)", out.note)
+    self.assertIn("best in-distribution: rope+randomized 0.970 [0.950-1.000]", out.note)
+    self.assertIn("a seed that did not fit counted 0", out.note)
+    losing = engine.group_verdict("rope beats its randomized variant", entries, ["rope"],
+                                  ["rope+randomized"], convergence.Recipe())
+    self.assertIs(losing.held, False)
+    self.assertIn("the seeds overlap", losing.note)
+
+  def test_suite_mean_counts_a_task_a_seed_did_not_fit_as_zero(self):
+    def outcome(task, seed, fit, ood):
+      result = convergence.FitResult(run_dir=pathlib.Path("/nonexistent"), steps=100,
+                                     steps_to_fit=100 if fit else None, in_dist=1.0,
+                                     best_in_dist=1.0, best_step=100, curve=(),
+                                     train_seconds=1.0)
+      return engine.Outcome(task, "rope", seed, result, {}, "arange", {"ood": ood})
+    settings = engine.Settings(
+        tasks=(engine.TaskSpec("copy", 2, (3,)), engine.TaskSpec("parity", 2, (3,))),
+        variants=("rope",), seeds=(0, 1), recipe=convergence.Recipe())
+    outcomes = {("copy", "rope", 0): outcome("copy", 0, True, 0.5),
+                ("parity", "rope", 0): outcome("parity", 0, False, 0.9),
+                ("copy", "rope", 1): outcome("copy", 1, True, 0.3),
+                ("parity", "rope", 1): outcome("parity", 1, True, 0.7)}
+    self.assertEqual(engine.suite_mean(settings, outcomes, "rope")["values"], [0.25, 0.5])
+
+  def test_rescue_cap_must_exceed_the_first_cap(self):
+    with self.assertRaisesRegex(ValueError, "rescue_steps must be 0 or above the cap 600, got "
+                                "600"):
+      engine.Settings(tasks=(), variants=(), seeds=(0,),
+                      recipe=convergence.Recipe(max_steps=600), rescue_steps=600)
+    settings = engine.Settings(tasks=(), variants=(), seeds=(0,),
+                               recipe=convergence.Recipe(max_steps=600), rescue_steps=1200)
+    self.assertEqual(settings.rescue_recipe, convergence.Recipe(max_steps=1200))
+    self.assertIsNone(dataclasses.replace(settings, rescue_steps=0).rescue_recipe)
+
+  def test_a_model_that_did_not_fit_gets_one_second_run_with_the_longer_cap(self):
+    calls = []
+
+    def fake_train(config, recipe, *, task, train_sizes, runs_dir, label, randomized, log):
+      del config, train_sizes, runs_dir, randomized, log
+      calls.append((task, label, recipe.max_steps))
+      fits = label.startswith("copy") and recipe.max_steps == 1200  # copy fits on its 2nd run.
+      return convergence.FitResult(
+          run_dir=pathlib.Path("/nonexistent") / label, steps=900 if fits else recipe.max_steps,
+          steps_to_fit=900 if fits else None, in_dist=1.0 if fits else 0.5,
+          best_in_dist=1.0 if fits else 0.6, best_step=100, curve=(), train_seconds=10.0)
+
+    settings = engine.Settings(
+        tasks=(engine.TaskSpec("copy", 2, (1, 3)), engine.TaskSpec("parity", 2, (1, 3))),
+        variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
+        rescue_steps=1200)
+    lines = []
+    with mock.patch.object(convergence, "train_to_fit", fake_train), \
+        mock.patch.object(engine, "evaluate",
+                          lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
+      out = engine.run_models(experiment_config.get_default_config(), settings,
+                              runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
+    self.assertEqual(calls, [("copy", "copy-rope-s0", 600), ("copy", "copy-rope-s0-cap1200", 1200),
+                             ("parity", "parity-rope-s0", 600),
+                             ("parity", "parity-rope-s0-cap1200", 1200)])
+    copy, parity = out[("copy", "rope", 0)], out[("parity", "rope", 0)]
+    self.assertEqual((copy.fit.steps_to_fit, copy.first.steps), (900, 600))
+    self.assertEqual(copy.train_seconds, 20.0)
+    self.assertTrue(copy.record()["second_run"])
+    self.assertFalse(parity.fit.fit)  # The second run's result is the one kept.
+    self.assertEqual(parity.fit.steps, 1200)
+    self.assertTrue(any("did not fit within 600 steps (best 0.600); a second run from scratch "
+                        "with a cap of 1200" in line for line in lines))
+    summary = engine.summaries(settings, out)
+    _, rows = engine.task_table(summary["copy"], settings.recipe)
+    self.assertEqual(rows[0][2], "900 (2nd run)")
 
   def test_reciprocal_ranks_share_ties(self):
     self.assertEqual(kazemnejad_suite.reciprocal_ranks({"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}),

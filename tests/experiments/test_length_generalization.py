@@ -78,7 +78,10 @@ class TinyStudyTest(absltest.TestCase):
         examples=2)
     lg.run(options, settings=settings, log=lambda _: None)
     report = (tmp / "report" / "report.md").read_text()
-    self.assertIn("indicative (1 seed, at most 3 steps): not measurable", report)
+    # Nothing fits in 3 steps: both sides are measured with their unfit seeds counted 0.
+    self.assertIn("indicative (1 seed, at most 3 steps): did not hold", report)
+    self.assertIn("compared with every seed, a seed that did not fit counted 0", report)
+    self.assertNotIn("not measurable", report)
     self.assertNotIn("**held**", report)
     saved = json.loads((tmp / "report" / "results.json").read_text())
     runs = saved["results"]["runs"]["copy"]

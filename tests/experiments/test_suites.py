@@ -52,6 +52,15 @@ class SettingsTest(absltest.TestCase):
     self.assertIn("did not fit in a majority of seeds: fox", v.note)
 
 
+  def test_content_claim_is_measured_when_a_group_has_no_fitting_pe(self):
+    entries = {"rope": _entry([0.1, 0.2, 0.15]),
+               "cope": _entry([0.6, 0.7, 0.8], fit=False), "fox": _entry([0.9], fit=False)}
+    (v,) = content_tasks.verdicts({"count_symbol": entries}, None, None)
+    self.assertIs(v.held, False)  # Neither content-aware PE fit: counted 0 on every seed.
+    self.assertIn("cope 0.000 [0.000-0.000], rope 0.150 [0.100-0.200]", v.measured)
+    self.assertIn("did not fit in a majority of seeds: cope, fox", v.note)
+
+
 class TinyRunTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
