@@ -3,7 +3,9 @@ randomized positions.
 
 Protocol (Ruoss et al. 2023, on the tasks of Delétang et al. 2023): train on inputs of length
 1..40, test on longer inputs (the paper: 41..500; here a grid up to 500, or less in quick mode),
-report the accuracy per length and its mean over the test lengths. Each PE is trained as is and
+report the accuracy per length and its mean over the test lengths. As in the paper's code, each
+training batch draws one length (uniform over the training lengths), so a short batch costs
+less than a long one (``Recipe.one_size_per_batch``). Each PE is trained as is and
 with randomized positions (sorted samples of ``[0, max_position)``, the paper's method; at test
 time positions keep being sampled). Every model trains until it fits in-distribution (held-out
 exact match >= 0.99) or a step cap (:mod:`experiments.algorithmic.convergence`).
@@ -69,11 +71,13 @@ def settings_for(options: study_report.StudyOptions,
     return engine.Settings(
         tasks=tuple(_spec(t, QUICK_TRAIN_MAX, QUICK_TEST_SIZES) for t in QUICK_TASKS),
         variants=variants, seeds=tuple(options.seed_list((0,))),
-        recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
+        recipe=convergence.Recipe(max_steps=options.steps or 1000, one_size_per_batch=True),
+        examples=16)
   return engine.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
       variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32,
+      recipe=convergence.Recipe(max_steps=options.steps or 6000, one_size_per_batch=True),
+      examples=32,
       rescue_steps=engine.second_run_cap(options.steps or 6000))
 
 

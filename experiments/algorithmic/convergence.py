@@ -49,6 +49,9 @@ PARAMS_FILE = "params.npz"
 PROGRESS_FILE = "progress.npz"  # Weights + optimizer state at the last check of an unfinished run.
 PROGRESS_META = "progress.json"  # Its step, curve, best, generator state and elapsed seconds.
 VERSION = 1  # Bump when the training procedure changes what a cached result means.
+# Recipe fields added after records were committed, with their defaults: they enter a run's key
+# only when set otherwise, so the directories of earlier records keep their names.
+LATER_RECIPE_FIELDS = {"one_size_per_batch": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,10 @@ class Recipe:
       the largest (0: all sizes from the start).
     decay: ``"constant"`` (warm-up then a constant rate) or ``"cosine"`` (decay over
       ``max_steps`` to ``optim.min_lr_ratio`` of the peak).
+    one_size_per_batch: draw one size per training batch (uniform over the training sizes),
+      every example of the batch that size, in a row cut to one of four bucketed lengths
+      (Ruoss et al. 2023's protocol; short batches cost less); ``False``: every example draws
+      its own size, rows of the longest.
   """
 
   fit_threshold: float = FIT_THRESHOLD
@@ -72,6 +79,7 @@ class Recipe:
   check_examples: int = 256
   curriculum_steps: int = 0
   decay: str = "cosine"
+  one_size_per_batch: bool = False
 
   def __post_init__(self):
     if not 0.0 < self.fit_threshold <= 1.0:
@@ -205,9 +213,28 @@ def run_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
               for k in ("model", "pe", "optim", "seed")}
   identity["data"] = {"batch_size": int(config.data.batch_size),
                       "train_len": int(config.data.train_len)}  # PE defaults may read it.
-  return {"config": identity, "recipe": dataclasses.asdict(recipe), "task": task,
+  recipe_key = dataclasses.asdict(recipe)
+  for name, default in LATER_RECIPE_FIELDS.items():
+    if recipe_key[name] == default:  # Records written before the field existed stay valid.
+      del recipe_key[name]
+  return {"config": identity, "recipe": recipe_key, "task": task,
           "train_sizes": list(train_sizes), "row_len": int(row_len),
           "randomized": randomized, "version": VERSION}
+
+
+def batch_row_len(task: str, size: int, row_len: int) -> int:
+  """The row of a one-size batch: the shortest of four bucketed lengths (multiples of
+  ``ceil(row_len / 4)`` rounded up to 8, the last ``row_len``) that holds ``size``."""
+  step = -(-max(1, -(-row_len // 4)) // 8) * 8
+  need = row_len_for(task, size)
+  return min(row_len, -(-need // step) * step)
+
+
+def full_key(key: Mapping[str, Any], *, pe: Any = None,
+             init_from: Optional[os.PathLike | str] = None) -> Dict[str, Any]:
+  """``key`` with what :func:`train_until` adds: a PE override and a fine-tune's start."""
+  return {**key, "pe_override": repr(pe) if pe is not None else None,
+          "init_from": str(init_from) if init_from else None}
 
 
 def run_dir_for(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str
@@ -367,8 +394,16 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
     top = hi
     if recipe.curriculum_steps and step < recipe.curriculum_steps:
       top = lo + int(math.ceil((hi - lo) * (step + 1) / recipe.curriculum_steps))
-    batch = task_batch(task, rng, batch_size=batch_size, row_len=row_len, min_size=lo,
-                       max_size=max(lo, top), train_len=row_len, max_position=randomized)
+    top = max(lo, top)
+    if recipe.one_size_per_batch:
+      size = int(rng.integers(lo, top + 1))
+      batch = task_batch(task, rng, batch_size=batch_size,
+                         row_len=batch_row_len(task, size, row_len), min_size=size,
+                         max_size=size, train_len=row_len, max_position=randomized,
+                         sizes=[size] * batch_size)
+    else:
+      batch = task_batch(task, rng, batch_size=batch_size, row_len=row_len, min_size=lo,
+                         max_size=top, train_len=row_len, max_position=randomized)
     del batch["sizes"]
     return batch
 
@@ -406,8 +441,7 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
   from pejax.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
   from pejax.train import train_step as train_step_lib  # pylint: disable=g-import-not-at-top
 
-  key = {**key, "pe_override": repr(pe) if pe is not None else None,
-         "init_from": str(init_from) if init_from else None}
+  key = full_key(key, pe=pe, init_from=init_from)
   run_dir = run_dir_for(runs_dir, key, label=label)
   done = _read_result(run_dir, key)
   if done is not None:

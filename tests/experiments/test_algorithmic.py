@@ -21,6 +21,14 @@ def _spread(*values):
   return engine.seed_spread(list(values))
 
 
+def _tiny_config():
+  config = experiment_config.get_default_config()
+  config.model.num_layers, config.model.d_model, config.model.num_heads = 1, 16, 2
+  config.data.batch_size = 4
+  config.pe.name = "rope"
+  return config
+
+
 class CompareTest(absltest.TestCase):
 
   def test_difference_counts_only_beyond_the_seed_range(self):
@@ -216,6 +224,68 @@ class TrainToFitTest(absltest.TestCase):
                                      runs_dir=tmp, label="parity-rope-s0")
     self.assertFalse(other.reused)
     self.assertNotEqual(other.run_dir, result.run_dir)  # The recipe is part of the key.
+
+  def test_one_size_batches_use_one_size_and_four_row_lengths(self):
+    captured = {}
+    with mock.patch.object(convergence, "train_until",
+                           lambda *a, **k: captured.update(k)):
+      convergence.train_to_fit(
+          _tiny_config(), convergence.Recipe(max_steps=4, one_size_per_batch=True),
+          task="duplicate_string", train_sizes=(1, 40), runs_dir="/nonexistent", label="x")
+    make_batch = captured["make_batch"]
+    rng = np.random.default_rng(0)
+    rows = set()
+    for step in range(40):
+      batch = make_batch(rng, step)
+      answer_tokens = batch["loss_mask"].sum(axis=1)
+      self.assertLen(set(answer_tokens.tolist()), 1)  # Every example of the batch one size.
+      rows.add(batch["inputs"].shape[1])
+      self.assertEqual(batch["positions"].shape, batch["inputs"].shape)
+    self.assertEqual(sorted(rows), [32, 64, 96, 121])
+    self.assertEqual(convergence.batch_row_len("duplicate_string", 40, 121), 121)
+    self.assertEqual(convergence.batch_row_len("parity", 1, 42), 16)
+
+  def test_committed_records_keep_their_directories(self):
+    # The run key of a default recipe must not change when Recipe gains a field: the full run
+    # of length_generalization committed these directories and resumes from them.
+    from experiments import length_generalization as lg  # pylint: disable=g-import-not-at-top
+    from experiments import study_report  # pylint: disable=g-import-not-at-top
+    options = study_report.StudyOptions()
+    base = lg.base_config(options)
+    settings = lg.settings_for(options, base)
+    models = (pathlib.Path(__file__).resolve().parents[2] / "experiments" / "results"
+              / "length_generalization" / "models")
+    for task, variant, seed, name in (
+        ("copy", "alibi", 0, "copy-alibi-s0-f88af68f13"),
+        ("copy", "alibi+randomized", 0, "copy-alibi_randomized-s0-7d7283ccb3")):
+      config = engine.variant_config(base, variant=variant, seed=seed,
+                                     max_position=settings.position_range)
+      key = convergence.run_key(
+          config, settings.recipe, task=task, train_sizes=(1, lg.TRAIN_MAX),
+          row_len=convergence.row_len_for(task, lg.TRAIN_MAX),
+          randomized=settings.position_range if "randomized" in variant else None)
+      label = f"{task}-{variant.replace('+', '_')}-s{seed}"
+      self.assertEqual(
+          convergence.run_dir_for(models, convergence.full_key(key), label=label).name, name)
+      self.assertTrue((models / name / convergence.RESULT_FILE).exists())
+    self.assertNotIn("one_size_per_batch", key["recipe"])
+    changed = dataclasses.replace(settings.recipe, one_size_per_batch=True)
+    self.assertTrue(convergence.run_key(config, changed, task="copy", train_sizes=(1, 8),
+                                        row_len=17, randomized=None)["recipe"]
+                    ["one_size_per_batch"])
+
+  @pytest.mark.slow
+  def test_one_size_batches_train_and_reload(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    recipe = convergence.Recipe(max_steps=6, check_every=3, check_examples=4,
+                                one_size_per_batch=True)
+    result = convergence.train_to_fit(_tiny_config(), recipe, task="reverse_string",
+                                      train_sizes=(1, 8), runs_dir=tmp, label="r")
+    self.assertEqual(result.steps, 6)
+    self.assertTrue(all(np.isfinite(c[2]) for c in result.curve))
+    again = convergence.train_to_fit(_tiny_config(), recipe, task="reverse_string",
+                                     train_sizes=(1, 8), runs_dir=tmp, label="r")
+    self.assertTrue(again.reused)
 
   def test_a_killed_run_resumes_at_its_last_check_bit_identically(self):
     config = experiment_config.get_default_config()
