@@ -666,7 +666,8 @@ def results_payload(settings: Settings, summary: Mapping[str, Any],
   for (task, variant, seed), o in outcomes.items():
     runs.setdefault(task, {}).setdefault(variant, []).append(
         {"seed": seed, "fit": o.fit.to_json(), "protocol": o.protocol,
-         "aggregate": o.aggregate, "accuracy_by_size": o.evals})
+         "aggregate": o.aggregate, "accuracy_by_size": o.evals,
+         "first_run": o.first.to_json() if o.first else None})
   return {"settings": json.loads(json.dumps(dataclasses.asdict(settings), default=str)),
           "summary": summary, "runs": runs}
 

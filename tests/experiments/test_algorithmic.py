@@ -171,6 +171,9 @@ class CompareTest(absltest.TestCase):
     summary = engine.summaries(settings, out)
     _, rows = engine.task_table(summary["copy"], settings.recipe)
     self.assertEqual(rows[0][2], "900 (2nd run)")
+    runs = engine.results_payload(settings, summary, out)["runs"]
+    self.assertEqual(runs["copy"]["rope"][0]["first_run"]["steps"], 600)
+    self.assertEqual(runs["copy"]["rope"][0]["fit"]["steps_to_fit"], 900)
 
   def test_reciprocal_ranks_share_ties(self):
     self.assertEqual(kazemnejad_suite.reciprocal_ranks({"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}),
