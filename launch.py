@@ -59,7 +59,7 @@ ALIASES = {
     "sliding_window": "model.sliding_window",
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
-    "pes": "study.pes", "runs_dir": "study.runs_dir",
+    "pes": "study.pes", "runs_dir": "study.runs_dir", "shard": "study.shard",
     "eval_rope_scaling": "eval.rope_scaling", "init_from_hf": "train.init_from_hf",
 }
 # Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
@@ -126,6 +126,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       "<workdir>/models, whose records git keeps).", **fv)
   flags.DEFINE_list("pes", None, "Alias of --config.study.pes (with --study): the PE variants "
                     "an algorithmic study runs, e.g. rope,alibi,rope+randomized.", **fv)
+  flags.DEFINE_string("shard", None, "Alias of --config.study.shard (with --study): I/N trains "
+                      "only every N-th model of an algorithmic study from the I-th (0-based) "
+                      "and writes no report; N processes, one per core, share one runs "
+                      "directory, then the complete command writes the report.", **fv)
   _define_mesh_flags(fv)
 
 
@@ -202,6 +206,24 @@ def resolve_config(flag_values: flags.FlagValues = flags.FLAGS):
   return config, overrides, origins
 
 
+def parse_shard(text: str) -> tuple:
+  """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``; ``""`` -> ``()``.
+
+  Raises:
+    app.UsageError: naming the value, for anything else.
+  """
+  if not text.strip():
+    return ()
+  parts = text.split("/")
+  try:
+    index, count = (int(x) for x in parts)
+  except ValueError:
+    index, count = -1, 0
+  if len(parts) != 2 or count < 1 or not 0 <= index < count:
+    raise app.UsageError(f"--shard must be I/N with 0 <= I < N (e.g. 0/2), got {text!r}")
+  return (index, count)
+
+
 def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> None:
   """Runs ``experiments.<config.study.name>.run`` with the explicit overrides."""
   from experiments import study_report  # pylint: disable=g-import-not-at-top
@@ -220,18 +242,20 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
     raise app.UsageError(f"seeds must be comma-separated integers, got "
                          f"{config.study.seeds!r}") from None
   pes = tuple(p.strip() for p in str(config.study.get("pes", "") or "").split(",") if p.strip())
+  shard = parse_shard(str(config.study.get("shard", "") or ""))
   # --steps (train.steps) is the step count of the LM studies' models and the step cap of the
   # convergence studies (algorithmic suites, passkey), which read it from the options.
   options = study_report.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
-      runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes,
+      runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes, shard=shard,
       steps=int(overrides.get("train.steps", 0) or 0),
       overrides={p: v for p, v in overrides.items() if not p.startswith("study.")})
   module = importlib.import_module(f"experiments.{name}")
-  if pes and not getattr(module, "SELECTS_PES", False):
-    raise app.UsageError(f"--pes only applies to the studies that sweep PE variants "
-                         f"(length_generalization, ruoss_suite, kazemnejad_suite, "
-                         f"content_tasks), not --study={name}")
+  for flag, value in (("--pes", pes), ("--shard", shard)):
+    if value and not getattr(module, "SELECTS_PES", False):
+      raise app.UsageError(f"{flag} only applies to the studies that sweep PE variants "
+                           f"(length_generalization, ruoss_suite, kazemnejad_suite, "
+                           f"content_tasks), not --study={name}")
   try:
     module.run(options)
   except study_report.StudyOptionError as e:

@@ -155,7 +155,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
     log: progress lines.
 
   Returns:
-    The results dict written to ``results.json``.
+    The results dict written to ``results.json`` (with ``options.shard``: the shard's count).
   """
   started = time.time()
   base = base_config(options)
@@ -166,6 +166,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   log(f"{STUDY}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
+  if options.shard:
+    return engine.run_shard(base, settings, study=STUDY, shard=options.shard,
+                            runs_dir=runs_dir, log=log)
   outcomes = engine.run_models(base, settings, runs_dir=runs_dir, log=log)
   summary = engine.summaries(settings, outcomes)
   report = engine.report_for("Length generalization on copy and reverse", study=STUDY,

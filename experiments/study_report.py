@@ -20,6 +20,8 @@ command; or ``--config=experiments/configs/<name>.py``, see :func:`study_config`
     --quick                        a few minutes on 2 CPU cores (fewer seeds, steps and lengths)
     --workdir                      report directory (default runs/<study>)
     --seeds=0,1,2                  seeds (default: the study's)
+    --shard=I/N                    algorithmic studies: train only every N-th model from the I-th
+                                   (0-based), no report; N processes on one runs directory
     --config.study.runs_dir=DIR    trained models (default runs/<study>; the convergence
                                    studies: <workdir>/models, whose records git keeps)
     --steps=N, --config.<path>=V   overrides of every base model, e.g. --config.model.d_model=256
@@ -76,6 +78,10 @@ class StudyOptions:
     pes: PE variants to run (labels such as ``"rope"``, ``"rope+randomized"``); empty means the
       study's own list (studies that sweep PEs by capability; a subset for partial runs).
     steps: training steps of the base models; 0 means the study's default for the mode.
+    shard: ``(index, count)``: an algorithmic study trains only the models whose position in
+      its seed-major order is ``index`` modulo ``count`` and writes no report (``count``
+      processes, e.g. one per core, share one runs directory; the complete command then reuses
+      every model and writes the report); ``()`` means every model and the report.
     overrides: config path -> value applied to every base config before the study's own sweep
       settings (e.g. ``{"model.d_model": 256}``).
     command: the command line, for the report header (default: ``sys.argv``).
@@ -89,6 +95,15 @@ class StudyOptions:
   steps: int = 0
   overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   command: str = ""
+  shard: tuple = ()
+
+  def __post_init__(self):
+    if self.shard:
+      index, count = self.shard
+      if not (isinstance(index, int) and isinstance(count, int) and count >= 1
+              and 0 <= index < count):
+        raise StudyOptionError(f"shard must be (index, count) with 0 <= index < count, got "
+                               f"{self.shard!r}")
 
   def report_dir(self, study: str) -> pathlib.Path:
     return pathlib.Path(self.workdir or os.path.join("runs", study))
@@ -138,6 +153,8 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   # algorithmic studies (alias --pes); empty means every variant the study sweeps.
   config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>
   # (convergence studies: <workdir>/models).
+  config.study.shard = ""  # "I/N" (alias --shard): an algorithmic study trains every N-th model
+  # from the I-th and writes no report; empty means every model and the report.
   return config
 
 

@@ -167,6 +167,17 @@ class UsageErrorTest(parameterized.TestCase):
       ("pes_without_study", ["--pes=rope"], app.UsageError, "--pes only takes effect with"),
       ("runs_dir_without_study", ["--runs_dir=/tmp/x"], app.UsageError,
        "--runs_dir only takes effect with"),
+      ("shard_without_study", ["--shard=0/2"], app.UsageError, "--shard only takes effect with"),
+      ("shard_on_a_study_without_variants", ["--study=extrapolation", "--shard=0/2"],
+       app.UsageError, "--shard only applies to the studies that sweep PE variants"),
+      ("shard_index_out_of_range", ["--study=kazemnejad_suite", "--shard=2/2"], app.UsageError,
+       r"--shard must be I/N with 0 <= I < N \(e.g. 0/2\), got '2/2'"),
+      ("shard_not_a_fraction", ["--study=kazemnejad_suite", "--shard=1"], app.UsageError,
+       r"--shard must be I/N .*got '1'"),
+      ("shard_zero_count", ["--study=kazemnejad_suite", "--shard=0/0"], app.UsageError,
+       r"got '0/0'"),
+      ("shard_negative", ["--study=kazemnejad_suite", "--shard=-1/2"], app.UsageError,
+       r"got '-1/2'"),
       ("pes_on_a_study_without_variants", ["--study=extrapolation", "--pes=rope"],
        app.UsageError, "--pes only applies to the studies that sweep PE variants"),
       ("unknown_pes", ["--study=kazemnejad_suite", "--pes=rope,bogus"], app.UsageError,
@@ -339,6 +350,10 @@ class StudyOptionsTest(absltest.TestCase):
                       options.workdir), (True, (0, 2), ("rope", "alibi"), "/tmp/models", "/tmp/r"))
     self.assertEqual(dict(options.overrides), {"model.d_model": 32})
     self.assertEqual(options.steps, 0)  # The study's own cap.
+    self.assertEqual(options.shard, ())
+    with mock.patch.object(kazemnejad_suite, "run", seen.append):
+      self.assertEqual(_launch("--study=kazemnejad_suite", "--shard=1/2", "--workdir=/tmp/r"), 0)
+    self.assertEqual(seen[1].shard, (1, 2))
 
   def test_steps_sets_the_step_cap_of_a_convergence_study(self):
     from experiments import kazemnejad_suite  # pylint: disable=g-import-not-at-top

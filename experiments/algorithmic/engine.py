@@ -446,8 +446,8 @@ class Outcome:
 
 
 def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
-               runs_dir: pathlib.Path, log: Callable[[str], None] = print
-               ) -> Dict[tuple, Outcome]:
+               runs_dir: pathlib.Path, log: Callable[[str], None] = print,
+               shard: tuple = ()) -> Dict[tuple, Outcome]:
   """Trains (or reuses) and evaluates every (task, variant, seed).
 
   Args:
@@ -455,49 +455,67 @@ def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
     settings: the sweep.
     runs_dir: where the trained models live.
     log: one line per model.
+    shard: ``(index, count)``: only the models whose position in the seed-major order is
+      ``index`` modulo ``count`` (``StudyOptions.shard``); ``()``: every model.
 
   Returns:
-    ``(task, variant, seed) -> Outcome``.
+    ``(task, variant, seed) -> Outcome`` (the shard's models only, with ``shard``).
   """
-  n = len(settings.tasks) * len(settings.variants) * len(settings.seeds)
+  order = [(seed, spec, variant) for seed in settings.seeds  # Seed-major: a partial run has
+           for spec in settings.tasks for variant in settings.variants]  # seed 0 first.
+  if shard:
+    order = order[shard[0]::shard[1]]
+  n = len(order)
   started = time.time()
   out = {}
   done = 0
-  for seed in settings.seeds:  # Seed-major: a partial run has every variant at seed 0 first.
-    for spec in settings.tasks:
-      for variant in settings.variants:
-        randomized = parse_variant(variant)[1]
-        config = variant_config(base, variant=variant, seed=seed,
-                                max_position=settings.position_range)
-        label = f"{spec.name}-{variant.replace('+', '_')}-s{seed}"
+  for seed, spec, variant in order:
+    randomized = parse_variant(variant)[1]
+    config = variant_config(base, variant=variant, seed=seed,
+                            max_position=settings.position_range)
+    label = f"{spec.name}-{variant.replace('+', '_')}-s{seed}"
 
-        def train(recipe, label=label, config=config, spec=spec, randomized=randomized):
-          return convergence.train_to_fit(
-              config, recipe, task=spec.name, train_sizes=(spec.train_min, spec.train_max),
-              runs_dir=runs_dir, label=label,
-              randomized=settings.position_range if randomized else None, log=log)
+    def train(recipe, label=label, config=config, spec=spec, randomized=randomized):
+      return convergence.train_to_fit(
+          config, recipe, task=spec.name, train_sizes=(spec.train_min, spec.train_max),
+          runs_dir=runs_dir, label=label,
+          randomized=settings.position_range if randomized else None, log=log)
 
-        fit, first = train(settings.recipe), None
-        if not fit.fit and settings.rescue_recipe is not None:
-          log(f"{label}: did not fit within {settings.recipe.max_steps} steps (best "
-              f"{fit.best_in_dist:.3f}); a second run from scratch with a cap of "
-              f"{settings.rescue_steps}")
-          first, fit = fit, train(settings.rescue_recipe,
-                                  label=f"{label}-cap{settings.rescue_steps}")
-        evals = evaluate(fit, config, spec, settings, randomized=randomized)
-        protocol = "sampled" if "sampled" in evals else "arange"
-        agg = aggregate(evals[protocol], spec)
-        outcome = Outcome(spec.name, variant, seed, fit, evals, protocol, agg, first=first)
-        out[(spec.name, variant, seed)] = outcome
-        done += 1
-        how = "reused" if fit.reused else f"{outcome.train_seconds:.0f}s"
-        status = (f"fit at step {fit.steps_to_fit}" if fit.fit else
-                  f"did not fit: best {fit.best_in_dist:.3f} at step {fit.best_step} of "
-                  f"{fit.steps}") + (" (second run)" if first else "")
-        log(f"[{done}/{n}] {spec.name} {variant} seed {seed}: {status}, OOD "
-            f"{study_report.fmt(agg['ood'], 3)} ({how}, {(time.time() - started) / 60:.1f} "
-            "min so far)")
+    fit, first = train(settings.recipe), None
+    if not fit.fit and settings.rescue_recipe is not None:
+      log(f"{label}: did not fit within {settings.recipe.max_steps} steps (best "
+          f"{fit.best_in_dist:.3f}); a second run from scratch with a cap of "
+          f"{settings.rescue_steps}")
+      first, fit = fit, train(settings.rescue_recipe,
+                              label=f"{label}-cap{settings.rescue_steps}")
+    evals = evaluate(fit, config, spec, settings, randomized=randomized)
+    protocol = "sampled" if "sampled" in evals else "arange"
+    agg = aggregate(evals[protocol], spec)
+    outcome = Outcome(spec.name, variant, seed, fit, evals, protocol, agg, first=first)
+    out[(spec.name, variant, seed)] = outcome
+    done += 1
+    how = "reused" if fit.reused else f"{outcome.train_seconds:.0f}s"
+    status = (f"fit at step {fit.steps_to_fit}" if fit.fit else
+              f"did not fit: best {fit.best_in_dist:.3f} at step {fit.best_step} of "
+              f"{fit.steps}") + (" (second run)" if first else "")
+    log(f"[{done}/{n}] {spec.name} {variant} seed {seed}: {status}, OOD "
+        f"{study_report.fmt(agg['ood'], 3)} ({how}, {(time.time() - started) / 60:.1f} "
+        "min so far)")
   return out
+
+
+def run_shard(base: ml_collections.ConfigDict, settings: Settings, *, study: str,
+              shard: tuple, runs_dir: pathlib.Path, log: Callable[[str], None] = print
+              ) -> Dict[str, Any]:
+  """Trains and evaluates one shard's models (``StudyOptions.shard``); writes no report.
+
+  Returns:
+    ``{"shard": [index, count], "models": number of models of the shard}``.
+  """
+  outcomes = run_models(base, settings, runs_dir=runs_dir, log=log, shard=shard)
+  log(f"{study}: shard {shard[0]}/{shard[1]} done, {len(outcomes)} models in {runs_dir}; no "
+      "report: the same command without --shard reuses every model and writes it")
+  return {"shard": list(shard), "models": len(outcomes)}
 
 
 def summaries(settings: Settings, outcomes: Mapping[tuple, Outcome]) -> Dict[str, Any]:
@@ -757,7 +775,7 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
     log: progress lines.
 
   Returns:
-    The results written to ``results.json``.
+    The results written to ``results.json`` (with ``options.shard``: :func:`run_shard`'s).
   """
   started = time.time()
   settings = select_variants(settings, options.pes)
@@ -767,6 +785,9 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
+  if options.shard:
+    return run_shard(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
+                     log=log)
   outcomes = run_models(base, settings, runs_dir=runs_dir, log=log)
   summary = summaries(settings, outcomes)
   report = report_for(title, study=study, options=options, settings=settings)

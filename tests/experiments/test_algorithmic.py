@@ -135,6 +135,41 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(settings.rescue_recipe, convergence.Recipe(max_steps=1200))
     self.assertIsNone(dataclasses.replace(settings, rescue_steps=0).rescue_recipe)
 
+  def test_shards_partition_the_models_in_seed_major_order(self):
+    trained = []
+
+    def fake_train(config, recipe, *, task, train_sizes, runs_dir, label, randomized, log):
+      del config, recipe, train_sizes, runs_dir, randomized, log
+      trained.append(label)
+      return convergence.FitResult(run_dir=pathlib.Path("/nonexistent"), steps=100,
+                                   steps_to_fit=100, in_dist=1.0, best_in_dist=1.0,
+                                   best_step=100, curve=(), train_seconds=1.0)
+
+    settings = engine.Settings(
+        tasks=(engine.TaskSpec("copy", 2, (1, 3)), engine.TaskSpec("parity", 2, (1, 3))),
+        variants=("rope", "alibi", "none"), seeds=(0, 1), recipe=convergence.Recipe())
+    keys = []
+    with mock.patch.object(convergence, "train_to_fit", fake_train), \
+        mock.patch.object(engine, "evaluate", lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
+      for shard in ((0, 2), (1, 2)):
+        keys.append(set(engine.run_models(experiment_config.get_default_config(), settings,
+                                          runs_dir=pathlib.Path("/nonexistent"),
+                                          log=lambda _: None, shard=shard)))
+      every = set(engine.run_models(experiment_config.get_default_config(), settings,
+                                    runs_dir=pathlib.Path("/nonexistent"), log=lambda _: None))
+    self.assertEqual(len(every), 12)
+    self.assertEqual((len(keys[0]), len(keys[1])), (6, 6))
+    self.assertEqual(keys[0] | keys[1], every)
+    self.assertFalse(keys[0] & keys[1])
+    self.assertEqual(trained[:3], ["copy-rope-s0", "copy-none-s0", "parity-alibi-s0"])
+
+  def test_shard_options_are_checked(self):
+    from experiments import study_report  # pylint: disable=g-import-not-at-top
+    for bad in ((2, 2), (0, 0), (-1, 2), ("0", 2)):
+      with self.assertRaisesRegex(study_report.StudyOptionError, "shard must be"):
+        study_report.StudyOptions(shard=bad)
+    self.assertEqual(study_report.StudyOptions(shard=(1, 3)).shard, (1, 3))
+
   def test_a_model_that_did_not_fit_gets_one_second_run_with_the_longer_cap(self):
     calls = []
 

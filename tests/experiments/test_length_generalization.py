@@ -98,6 +98,14 @@ class TinyStudyTest(absltest.TestCase):
     saved = json.loads((tmp / "subset" / "results.json").read_text())
     self.assertEqual(set(saved["results"]["runs"]["copy"]), {"rope"})
     self.assertTrue(any("reused" in line for line in lines), lines)
+    # --shard=1/2: the second of the two models (seed-major order), no report.
+    sharded = dataclasses.replace(options, shard=(1, 2), workdir=str(tmp / "shard"))
+    lines = []
+    out = lg.run(sharded, settings=settings, log=lines.append)
+    self.assertEqual(out, {"shard": [1, 2], "models": 1})
+    self.assertFalse((tmp / "shard" / "report.md").exists())
+    self.assertTrue(any("copy rope+randomized seed 0" in line and "reused" in line
+                        for line in lines), lines)
 
 
 class SelectVariantsTest(absltest.TestCase):

@@ -6,6 +6,7 @@ import json
 import pathlib
 import shutil
 import subprocess
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -59,6 +60,22 @@ class SettingsTest(absltest.TestCase):
     self.assertIs(v.held, False)  # Neither content-aware PE fit: counted 0 on every seed.
     self.assertIn("cope 0.000 [0.000-0.000], rope 0.150 [0.100-0.200]", v.measured)
     self.assertIn("did not fit in a majority of seeds: cope, fox", v.note)
+
+
+  def test_a_shard_trains_its_models_and_writes_no_report(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(workdir=str(tmp / "r"), runs_dir=str(tmp / "m"),
+                                        shard=(0, 2), command="t")
+    settings = engine.Settings(tasks=(engine.TaskSpec("parity", 2, (1, 3)),),
+                               variants=("rope", "alibi", "none"), seeds=(0,), recipe=RECIPE)
+    calls = []
+    with mock.patch.object(engine, "run_models",
+                           lambda *a, **k: calls.append(k["shard"]) or {("parity", "rope", 0): 1,
+                                                                        ("parity", "none", 0): 1}):
+      out = kazemnejad_suite.run(options, settings=settings, log=lambda _: None)
+    self.assertEqual(calls, [(0, 2)])
+    self.assertEqual(out, {"shard": [0, 2], "models": 2})
+    self.assertFalse((tmp / "r" / "report.md").exists())
 
 
 class TinyRunTest(parameterized.TestCase):
