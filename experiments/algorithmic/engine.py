@@ -544,8 +544,8 @@ def suite_mean(settings: Settings, outcomes: Mapping[tuple, Outcome], variant: s
 
 
 def cap_text(recipe: convergence.Recipe, rescue_steps: int = 0) -> str:
-  """``"6000 steps"``, or ``"6000 steps (or 12000 in a second run)"``."""
-  return f"{recipe.max_steps} steps" + (f" (or {rescue_steps} in a second run)"
+  """``"6000 steps"``, or ``"6000 steps, or 12000 in a second run"``."""
+  return f"{recipe.max_steps} steps" + (f", or {rescue_steps} in a second run"
                                         if rescue_steps else "")
 
 

@@ -101,7 +101,7 @@ class CompareTest(absltest.TestCase):
                                convergence.Recipe(max_steps=600), rescue_steps=1200)
     self.assertIs(out.held, False)  # [0, 0, 0.6] overlaps [0.1, 0.3]: measured, not held.
     self.assertIn("rope+randomized 0.000 [0.000-0.600]", out.measured)
-    self.assertIn("within 600 steps (or 1200 in a second run)", out.note)
+    self.assertIn("within 600 steps, or 1200 in a second run)", out.note)
     self.assertIn("best in-distribution: rope+randomized 0.970 [0.950-1.000]", out.note)
     self.assertIn("a seed that did not fit counted 0", out.note)
     losing = engine.group_verdict("rope beats its randomized variant", entries, ["rope"],
