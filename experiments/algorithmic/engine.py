@@ -653,9 +653,13 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
   """Setup, fit and per-task sections (tables and accuracy-by-size plots) of a report."""
   lines = setup_lines(base, settings)
   reused = sum(o.fit.reused for o in outcomes.values())
-  lines.append(f"- compute: {len(outcomes)} models, training time "
-               f"{training_minutes(outcomes):.1f} min summed over models on this machine "
-               f"({reused} reused from earlier runs; their time is their original training time)")
+  seconds = [o.train_seconds for o in outcomes.values()]
+  lines.append(f"- compute: {len(outcomes)} models, training wall time "
+               f"{training_minutes(outcomes):.1f} min summed over models "
+               f"(median {np.median(seconds) / 60 if seconds else 0:.1f} min, longest "
+               f"{max(seconds, default=0) / 60:.1f} min; second runs included), as each model "
+               f"recorded it when it was trained, pauses included ({reused} reused from earlier "
+               "runs, possibly on other machines)")
   if sizes_note:
     lines.append(sizes_note)
   report.section("Setup", "\n".join(lines))
