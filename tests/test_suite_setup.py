@@ -136,18 +136,28 @@ class _FakeConfig:
     return {"tx": ["2*popen"], "dist": "loadscope"}[name]
 
 
+class _OneWorkerConfig(_FakeConfig):
+
+  def getvalue(self, name):
+    return {"tx": ["1*popen"], "dist": "loadscope"}[name]
+
+
 class _FakeNode:
   """A worker as the scheduler sees it: the test indices it was sent, and a shutdown flag."""
 
   def __init__(self, name):
-    self.name, self.sent, self.shutting_down = name, [], False
+    self.name, self.sent, self.shutting_down, self.dead = name, [], False, False
     self.gateway = types.SimpleNamespace(id=name)
 
   def send_runtest_some(self, indices):
     assert indices, f"{self.name} was sent an empty work unit"
+    if self.dead:  # What execnet raises once the worker process has exited.
+      raise OSError("cannot send (already closed?)")
     self.sent.extend(indices)
 
   def shutdown(self):
+    if self.dead:
+      raise OSError("cannot send (already closed?)")
     self.shutting_down = True
 
   def __repr__(self):
@@ -197,3 +207,31 @@ def test_the_scheduler_replays_two_crashes_and_a_late_replacement_collection(con
       complete(node, nodeid)
   assert sched.tests_finished
   assert gw2.shutting_down and gw3.shutting_down
+
+
+def test_the_scheduler_survives_sending_to_a_worker_that_has_just_died(conftest_module):
+  # The order of events of an INTERNALERROR seen in this suite's own crash test: the worker
+  # finishes a test, starts the next and crashes; the controller handles the completion first
+  # and sends more work to the dead worker (OSError), then handles the crash.
+  pytest.importorskip("xdist")
+  collection = [f"test_{m}.py::test_{i}" for m in "abc" for i in range(2)]
+  module = conftest_module.load_xdist_scheduling()
+  sched = module.pytest_xdist_make_scheduler(_OneWorkerConfig(), None)
+  gw0 = _FakeNode("gw0")
+  sched.add_node(gw0)
+  sched.add_node_collection(gw0, collection)
+  sched.schedule()
+  assert [collection[i] for i in gw0.sent] == collection[:4]  # Modules a and b.
+  sched.mark_test_complete(gw0, 0)
+  gw0.dead = True  # It ran test_a.py::test_1, then crashed in test_b.py::test_0.
+  sched.mark_test_complete(gw0, 1)  # Tops gw0 up with module c: the send fails.
+  assert sched.remove_node(gw0) == "test_b.py::test_0"
+  gw1 = _FakeNode("gw1")
+  sched.add_node(gw1)
+  sched.add_node_collection(gw1, collection)
+  sched.schedule()
+  assert [collection[i] for i in gw1.sent] == ["test_b.py::test_1", "test_c.py::test_0",
+                                                "test_c.py::test_1"]
+  for i in list(gw1.sent):
+    sched.mark_test_complete(gw1, i)
+  assert sched.tests_finished and gw1.shutting_down

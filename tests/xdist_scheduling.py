@@ -11,7 +11,12 @@ reported it failed, with the worker's output), and tops a worker up to more than
 tests or shuts it down when nothing is left, so every worker can finish its queue. A
 replacement worker is given work only once its own collection has arrived: xdist 3.8.0 raised
 KeyError in ``registered_collections`` when another worker's collection finished first (issue
-1189; a fresh-clone CI run here hit it on 2026-12-02).
+1189; a fresh-clone CI run here hit it on 2026-12-02). A worker that has just died (its last
+test completion is handled before its crash) cannot be sent more work or a shutdown: the send
+raises OSError ("cannot send (already closed?)"), which xdist 3.8.0 turns into an
+INTERNALERROR that ends the session (seen in this repository's own crash test on 2026-12-02).
+Here the work stays assigned to the dead worker, and its crash, which xdist reports next,
+requeues it.
 
 Loaded by tests/conftest.py (the ``pytest_xdist_make_scheduler`` hook); no jax import, so a
 subprocess test can load it alone (tests/test_suite_setup.py).
@@ -48,22 +53,33 @@ def _crash_safe_load_scope_scheduling():
         return  # A replacement still collecting: scheduled when its collection arrives.
       # A worker runs a test once it holds the next one (or a shutdown): keep it above two.
       while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
-        self._assign_work_unit(node)
+        if not self._assign_work_unit(node):
+          return  # The worker is dead; its crash report requeues what it holds.
       if not self.workqueue:
-        node.shutdown()
+        _send_or_note_dead(node.shutdown)
 
     def _assign_work_unit(self, node):
+      """Assigns the next unfinished scope to ``node``; ``False`` if ``node`` is dead."""
       while self.workqueue:
         scope, unit = self.workqueue.popitem(last=False)
         if all(unit.values()):
           continue  # Nothing left to run in it.
         self.assigned_work.setdefault(node, {})[scope] = unit
         collection = self.registered_collections[node]
-        node.send_runtest_some([collection.index(nodeid)
-                                for nodeid, done in unit.items() if not done])
-        return
+        indices = [collection.index(nodeid) for nodeid, done in unit.items() if not done]
+        return _send_or_note_dead(lambda: node.send_runtest_some(indices))
+      return True
 
   return CrashSafeLoadScopeScheduling
+
+
+def _send_or_note_dead(send) -> bool:
+  """Runs ``send``; ``False`` when the worker's channel is already closed (it has died)."""
+  try:
+    send()
+  except OSError:
+    return False
+  return True
 
 
 def pytest_xdist_make_scheduler(config, log):
