@@ -50,7 +50,7 @@ import ml_collections
 import numpy as np
 
 # Re-exported: the studies draw their figures with study_report.plot_curves.
-from pejax.eval.report import plot_curves  # pylint: disable=unused-import
+from pejax.eval.report import plot_curves, plot_panels  # pylint: disable=unused-import
 
 HELD = "held"
 NOT_HELD = "did not hold"

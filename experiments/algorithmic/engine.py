@@ -584,21 +584,43 @@ def task_table(entries: Mapping[str, Mapping[str, Any]], recipe: convergence.Rec
   return header, rows
 
 
+def _curve(settings: Settings, outcomes: Mapping[tuple, Outcome], task: str, variant: str
+           ) -> tuple:
+  """``("<k>/<n> fit" or "did not fit", [(size, median, min, max)])`` of one variant, over the
+  fitting seeds (all seeds if none fit)."""
+  runs = [outcomes[(task, variant, s)] for s in settings.seeds]
+  chosen = [o for o in runs if o.fit.fit] or runs
+  k = sum(o.fit.fit for o in runs)
+  points = []
+  for size in sorted(int(s) for s in chosen[0].evals[chosen[0].protocol]):
+    values = [o.evals[o.protocol][str(size)] for o in chosen]
+    points.append((size, float(np.median(values)), float(min(values)), float(max(values))))
+  return (f"{k}/{len(runs)} fit" if k else "did not fit"), points
+
+
 def curves(settings: Settings, outcomes: Mapping[tuple, Outcome], task: str
            ) -> Dict[str, List[tuple]]:
-  """variant -> (size, median, min, max) over the fitting seeds (all seeds if none fit)."""
+  """``"<variant> (<k>/<n> fit)"`` -> (size, median, min, max) over the fitting seeds (all
+  seeds if none fit)."""
   series = {}
   for variant in settings.variants:
-    runs = [outcomes[(task, variant, s)] for s in settings.seeds]
-    chosen = [o for o in runs if o.fit.fit] or runs
-    k = sum(o.fit.fit for o in runs)
-    label = f"{variant} ({k}/{len(runs)} fit)" if k else f"{variant} (did not fit)"
-    points = []
-    for size in sorted(int(s) for s in chosen[0].evals[chosen[0].protocol]):
-      values = [o.evals[o.protocol][str(size)] for o in chosen]
-      points.append((size, float(np.median(values)), float(min(values)), float(max(values))))
-    series[label] = points
+    fit, points = _curve(settings, outcomes, task, variant)
+    series[f"{variant} ({fit})"] = points
   return series
+
+
+def curve_panels(settings: Settings, outcomes: Mapping[tuple, Outcome], task: str
+                 ) -> Dict[str, Dict[str, List[tuple]]]:
+  """One panel per PE: ``pe -> {"plain (k/n fit)" | "randomized (k/n fit)": points}``."""
+  panels: Dict[str, Dict[str, List[tuple]]] = {}
+  for variant in settings.variants:
+    pe, randomized = parse_variant(variant)
+    fit, points = _curve(settings, outcomes, task, variant)
+    panels.setdefault(pe, {})[f"{'randomized' if randomized else 'plain'} ({fit})"] = points
+  return panels
+
+
+PANELS_FROM = 9  # Variants from which the accuracy-by-size figure is one panel per PE.
 
 
 def second_run_cap(cap: int) -> int:
@@ -672,13 +694,23 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
         f"Trained on sizes {spec.train_min}..{spec.train_max}; tested on "
         f"{', '.join(str(s) for s in spec.test_sizes if s > spec.train_max)}. Exact match, "
         "median [min-max] over seeds."))
-    series = curves(settings, outcomes, spec.name)
     path = workdir / f"{spec.name}_accuracy_by_size.png"
-    study_report.plot_curves(
-        path, series, xlabel="size", ylabel="exact match",
-        title=f"{spec.name}: trained on sizes <= {spec.train_max}",
-        vline=spec.train_max + 0.5, vline_label="largest training size",
-        styles={k: "--" for k in series if "randomized" in k})
+    title = f"{spec.name}: trained on sizes <= {spec.train_max}"
+    if len(settings.variants) >= PANELS_FROM:
+      panels = curve_panels(settings, outcomes, spec.name)
+      study_report.plot_panels(
+          path, panels, xlabel="size", ylabel="exact match (median, band: min-max over seeds)",
+          title=title, vline=spec.train_max + 0.5, vline_label="largest training size",
+          styles={k: "--" for series in panels.values() for k in series
+                  if k.startswith("randomized")},
+          colors={k: "tab:orange" if k.startswith("randomized") else "tab:blue"
+                  for series in panels.values() for k in series})
+    else:
+      series = curves(settings, outcomes, spec.name)
+      study_report.plot_curves(
+          path, series, xlabel="size", ylabel="exact match", title=title,
+          vline=spec.train_max + 0.5, vline_label="largest training size",
+          styles={k: "--" for k in series if "randomized" in k})
     report.image(path, f"{spec.name} accuracy by size")
 
 

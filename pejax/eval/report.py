@@ -255,6 +255,75 @@ def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
   return path
 
 
+def plot_panels(path: os.PathLike | str, panels: Dict[str, Dict[str, Sequence[tuple]]], *,
+                xlabel: str, ylabel: str, title: str = "", vline: Optional[float] = None,
+                vline_label: str = "", styles: Optional[Dict[str, str]] = None,
+                colors: Optional[Dict[str, str]] = None, ncols: int = 4) -> pathlib.Path:
+  """Small multiples: one panel per group of series, shared axes, for too many lines to read.
+
+  Args:
+    path: PNG path.
+    panels: panel title -> (label -> points ``(x, y)`` or ``(x, y, low, high)``); the same
+      label gets the same colour and style in every panel.
+    xlabel, ylabel, title: the figure's axis labels and title.
+    vline, vline_label: optional vertical reference line in every panel.
+    styles: label -> matplotlib line style (default solid).
+    colors: label -> matplotlib colour (default: one colour of the cycle per distinct label).
+    ncols: panels per row.
+
+  Returns:
+    ``path``.
+
+  Raises:
+    ValueError: for no panels or ``ncols < 1``.
+  """
+  if not panels:
+    raise ValueError("panels must not be empty")
+  if ncols < 1:
+    raise ValueError(f"ncols must be >= 1, got {ncols}")
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  ncols = min(ncols, len(panels))
+  nrows = -(-len(panels) // ncols)
+  fig, axes = plt.subplots(nrows, ncols, figsize=(3.0 * ncols, 2.3 * nrows + 0.8),
+                           sharex=True, sharey=True, squeeze=False)
+  palette = plt.get_cmap("tab10").colors
+  labels: List[str] = []
+  for series in panels.values():
+    labels += [label for label in series if label not in labels]
+  for ax, (name, series) in zip(axes.flat, panels.items()):
+    for label, points in series.items():
+      pts = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
+      if not pts:
+        continue
+      color = (colors or {}).get(label, palette[labels.index(label) % 10])
+      ax.plot([p[0] for p in pts], [p[1] for p in pts], (styles or {}).get(label, "-"),
+              color=color, linewidth=1.2, label=label)
+      bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
+      if bands and any(p[2] != p[3] for p in bands):
+        ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
+                        color=color, alpha=0.2, linewidth=0)
+    if vline is not None:
+      ax.axvline(vline, color="gray", linestyle=":", label=vline_label or None)
+    ax.set_title(name, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+  for ax in list(axes.flat)[len(panels):]:
+    ax.set_visible(False)
+  fig.supxlabel(xlabel)
+  fig.supylabel(ylabel)
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Path, *,
                     train_len: Optional[int] = None, title: str = "",
                     spreads: Optional[Dict[str, List[tuple]]] = None) -> pathlib.Path:

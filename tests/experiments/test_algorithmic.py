@@ -135,6 +135,34 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(settings.rescue_recipe, convergence.Recipe(max_steps=1200))
     self.assertIsNone(dataclasses.replace(settings, rescue_steps=0).rescue_recipe)
 
+  def test_many_variants_are_drawn_one_panel_per_pe(self):
+    def outcome(variant, seed):
+      result = convergence.FitResult(run_dir=pathlib.Path("/nonexistent"), steps=100,
+                                     steps_to_fit=100 if "alibi" not in variant else None,
+                                     in_dist=1.0, best_in_dist=1.0, best_step=100, curve=(),
+                                     train_seconds=1.0)
+      return engine.Outcome("copy", variant, seed, result, {"arange": {"1": 1.0, "3": 0.5}},
+                            "arange", {"ood": 0.5})
+    variants = ("none",) + tuple(f"{pe}{r}" for pe in ("rope", "alibi", "t5", "learned")
+                                 for r in ("", "+randomized"))
+    settings = engine.Settings(tasks=(engine.TaskSpec("copy", 2, (1, 3)),), variants=variants,
+                               seeds=(0, 1), recipe=convergence.Recipe())
+    outcomes = {("copy", v, s): outcome(v, s) for v in variants for s in (0, 1)}
+    panels = engine.curve_panels(settings, outcomes, "copy")
+    self.assertEqual(list(panels), ["none", "rope", "alibi", "t5", "learned"])
+    self.assertEqual(set(panels["alibi"]), {"plain (did not fit)", "randomized (did not fit)"})
+    self.assertEqual(panels["rope"]["randomized (2/2 fit)"], [(1, 1.0, 1.0, 1.0),
+                                                              (3, 0.5, 0.5, 0.5)])
+    self.assertGreaterEqual(len(variants), engine.PANELS_FROM)
+    from experiments import study_report  # pylint: disable=g-import-not-at-top
+    report = study_report.Report("t", study="t", options=study_report.StudyOptions(command="t"))
+    with mock.patch.object(study_report, "plot_panels") as drawn:
+      engine.write_common(report, experiment_config.get_default_config(), settings, outcomes,
+                          engine.summaries(settings, outcomes),
+                          pathlib.Path(self.create_tempdir().full_path))
+    self.assertEqual(list(drawn.call_args.args[1]), list(panels))
+    self.assertEqual(drawn.call_args.kwargs["styles"]["randomized (2/2 fit)"], "--")
+
   def test_shards_partition_the_models_in_seed_major_order(self):
     trained = []
 

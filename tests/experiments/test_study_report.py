@@ -192,5 +192,27 @@ class ReadablePlotsTest(absltest.TestCase):
     self.assertTrue(path.exists())
 
 
+  def test_plot_panels_draws_one_panel_per_group_and_hides_the_spare_axes(self):
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    path = pathlib.Path(self.create_tempdir().full_path) / "panels.png"
+    panels = {f"pe{i}": {"plain": [(1, 1.0), (2, 0.5, 0.4, 0.6)], "randomized": [(1, 0.9)]}
+              for i in range(5)}
+    panels["none"] = {"plain": [(1, float("nan")), (2, 0.1)]}
+    with mock.patch.object(plt, "close") as close:
+      study_report.plot_panels(path, panels, xlabel="size", ylabel="acc", title="t", vline=1.5,
+                               styles={"randomized": "--"}, colors={"plain": "tab:blue"})
+    fig = close.call_args.args[0]
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    self.assertEqual([ax.get_title() for ax in visible], list(panels))
+    self.assertLen(fig.axes, 8)  # 6 panels in 2 rows of 4: two hidden.
+    self.assertEqual(visible[0].lines[1].get_linestyle(), "--")
+    self.assertEqual(path.read_bytes()[:4], b"\x89PNG")
+    plt.close(fig)
+    with self.assertRaisesRegex(ValueError, "panels must not be empty"):
+      study_report.plot_panels(path, {}, xlabel="x", ylabel="y")
+    with self.assertRaisesRegex(ValueError, "ncols must be >= 1, got 0"):
+      study_report.plot_panels(path, panels, xlabel="x", ylabel="y", ncols=0)
+
+
 if __name__ == "__main__":
   absltest.main()
