@@ -605,10 +605,35 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *,
   return "\n".join(lines)
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+  """The CPU's model name, with its family number when the name alone is generic.
+
+  Timings and their ratios change with the CPU (the machines here change between sessions,
+  e.g. "AMD EPYC" of families 23 and 26), so the reports name it.
+
+  Args:
+    cpuinfo: the Linux CPU description file (absent elsewhere: ``platform.processor()``).
+
+  Returns:
+    e.g. ``"AMD EPYC (family 26, model 2)"``, or ``"unknown CPU"``.
+  """
+  try:
+    fields = {}
+    for line in pathlib.Path(cpuinfo).read_text().splitlines():
+      key, _, value = line.partition(":")
+      fields.setdefault(key.strip(), value.strip())
+  except OSError:
+    return platform.processor() or "unknown CPU"
+  name = fields.get("model name") or platform.processor() or "unknown CPU"
+  if "cpu family" in fields:
+    name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+  return name
+
+
 def machine() -> str:
-  """OS, cores and the JAX backend."""
+  """OS, CPU, cores and the JAX backend."""
   import jax  # pylint: disable=g-import-not-at-top
-  return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+  return (f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} cores, "
           f"jax {jax.__version__} on {jax.devices()[0].platform}")
 
 

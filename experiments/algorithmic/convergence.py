@@ -43,6 +43,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
+from experiments import study_report
+
 FIT_THRESHOLD = 0.99  # Held-out in-distribution exact match that counts as "fit".
 RESULT_FILE = "fit.json"
 PARAMS_FILE = "params.npz"
@@ -108,6 +110,8 @@ class FitResult:
     curve: ``[(step, in-distribution accuracy, mean train loss since the previous check)]``.
     train_seconds: training wall time (checks included, compilation included).
     reused: whether the result was read from disk.
+    machine: where it was trained (``study_report.machine()``); empty in records written
+      before 2026-12-02 07:00 UTC.
   """
 
   run_dir: pathlib.Path
@@ -119,6 +123,7 @@ class FitResult:
   curve: tuple
   train_seconds: float
   reused: bool = False
+  machine: str = ""
 
   @property
   def fit(self) -> bool:
@@ -358,7 +363,8 @@ def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitR
   return FitResult(run_dir=run_dir, steps=int(r["steps"]), steps_to_fit=r["steps_to_fit"],
                    in_dist=float(r["in_dist"]), best_in_dist=float(r["best_in_dist"]),
                    best_step=int(r["best_step"]), curve=tuple(tuple(c) for c in r["curve"]),
-                   train_seconds=float(r["train_seconds"]), reused=True)
+                   train_seconds=float(r["train_seconds"]), reused=True,
+                   machine=str(r.get("machine", "")))
 
 
 def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
@@ -499,7 +505,8 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
             "rng_state": rng.bit_generator.state, "seconds": seconds})
   result = FitResult(run_dir=run_dir, steps=step, steps_to_fit=steps_to_fit, in_dist=acc,
                      best_in_dist=max(best, 0.0), best_step=best_step, curve=tuple(curve),
-                     train_seconds=earlier_seconds + time.time() - started)
+                     train_seconds=earlier_seconds + time.time() - started,
+                     machine=study_report.machine())
   run_dir.mkdir(parents=True, exist_ok=True)
   _save_params(model, run_dir / PARAMS_FILE)
   payload = {"key": key, "result": result.to_json()}

@@ -682,6 +682,12 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
                f"{max(seconds, default=0) / 60:.1f} min; second runs included), as each model "
                f"recorded it when it was trained, pauses included ({reused} reused from earlier "
                "runs, possibly on other machines)")
+  machines: Dict[str, int] = {}
+  for o in outcomes.values():
+    name = o.fit.machine or "not recorded (trained before 2026-12-02 07:00 UTC)"
+    machines[name] = machines.get(name, 0) + 1
+  lines.append("- trained on: " + "; ".join(f"{m} ({k} model{'s' if k > 1 else ''})"
+                                             for m, k in machines.items()))
   if sizes_note:
     lines.append(sizes_note)
   report.section("Setup", "\n".join(lines))

@@ -161,6 +161,9 @@ class CompareTest(absltest.TestCase):
                           engine.summaries(settings, outcomes),
                           pathlib.Path(self.create_tempdir().full_path))
     self.assertEqual(list(drawn.call_args.args[1]), list(panels))
+    setup = next(part for part in report.parts if part.startswith("## Setup"))
+    self.assertIn("- trained on: not recorded (trained before 2026-12-02 07:00 UTC) (18 models)",
+                  setup)
     self.assertEqual(drawn.call_args.kwargs["styles"]["randomized (2/2 fit)"], "--")
 
   def test_shards_partition_the_models_in_seed_major_order(self):
@@ -283,6 +286,8 @@ class TrainToFitTest(absltest.TestCase):
                                      runs_dir=tmp, label="parity-rope-s0")
     self.assertTrue(again.reused)
     self.assertEqual(again.curve, result.curve)
+    self.assertIn(" cores, jax ", result.machine)  # Where it was trained, kept in fit.json.
+    self.assertEqual(again.machine, result.machine)
     model = convergence.load_model(again, config)
     self.assertEqual(model.config.d_model, 16)
     shorter = convergence.Recipe(max_steps=2, check_every=2, check_examples=8)

@@ -192,6 +192,16 @@ class ReadablePlotsTest(absltest.TestCase):
     self.assertTrue(path.exists())
 
 
+  def test_cpu_model_names_the_family_of_a_generic_name(self):
+    path = pathlib.Path(self.create_tempdir().full_path) / "cpuinfo"
+    path.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
+                    "model\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n"
+                    "model name\t: AMD EPYC\n")
+    self.assertEqual(study_report.cpu_model(str(path)), "AMD EPYC (family 26, model 2)")
+    path.write_text("model name\t: Some CPU\n")
+    self.assertEqual(study_report.cpu_model(str(path)), "Some CPU")
+    self.assertIn("cores, jax", study_report.machine())
+
   def test_plot_panels_draws_one_panel_per_group_and_hides_the_spare_axes(self):
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
     path = pathlib.Path(self.create_tempdir().full_path) / "panels.png"
