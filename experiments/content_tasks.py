@@ -74,11 +74,11 @@ def settings_for(options: study_report.StudyOptions,
         variants=tuple(v for v in ("rope", "cope") if v in runnable),
         seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
+  recipe = convergence.Recipe(max_steps=options.steps or 6000)
   return engine.Settings(
       tasks=tuple(_spec(t, m, s) for t, (m, s) in TASKS.items()), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=convergence.Recipe(max_steps=options.steps or 6000), examples=32,
-      rescue_steps=engine.second_run_cap(options.steps or 6000))
+      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps))
 
 
 def best_of(entries: Mapping[str, Mapping[str, Any]], group) -> tuple:

@@ -73,12 +73,11 @@ def settings_for(options: study_report.StudyOptions,
         variants=variants, seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000, one_size_per_batch=True),
         examples=16)
+  recipe = convergence.Recipe(max_steps=options.steps or 6000, one_size_per_batch=True)
   return engine.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
       variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=convergence.Recipe(max_steps=options.steps or 6000, one_size_per_batch=True),
-      examples=32,
-      rescue_steps=engine.second_run_cap(options.steps or 6000))
+      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps))
 
 
 def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:

@@ -395,6 +395,9 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
                      row_len=row_len, min_size=lo, max_size=hi, train_len=row_len,
                      max_position=randomized)
   batch_size = int(config.data.batch_size)
+  # Row of a one-size batch, per size (computed once, not on every step).
+  size_rows = ({s: batch_row_len(task, s, row_len) for s in range(lo, hi + 1)}
+               if recipe.one_size_per_batch else {})
 
   def make_batch(rng: np.random.Generator, step: int) -> Dict[str, np.ndarray]:
     top = hi
@@ -403,10 +406,9 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
     top = max(lo, top)
     if recipe.one_size_per_batch:
       size = int(rng.integers(lo, top + 1))
-      batch = task_batch(task, rng, batch_size=batch_size,
-                         row_len=batch_row_len(task, size, row_len), min_size=size,
-                         max_size=size, train_len=row_len, max_position=randomized,
-                         sizes=[size] * batch_size)
+      batch = task_batch(task, rng, batch_size=batch_size, row_len=size_rows[size],
+                         min_size=size, max_size=size, train_len=row_len,
+                         max_position=randomized, sizes=[size] * batch_size)
     else:
       batch = task_batch(task, rng, batch_size=batch_size, row_len=row_len, min_size=lo,
                          max_size=top, train_len=row_len, max_position=randomized)

@@ -175,6 +175,25 @@ def plot_loss(series: Dict[str, Sequence[tuple]], path: pathlib.Path, *,
       hline_label=f"unigram loss {unigram_loss:.3f}" if unigram_loss is not None else "")
 
 
+def _fill_band(ax, points: Sequence[tuple], color) -> None:
+  """Shades the ``(x, y, low, high)`` points' low-high band, unless it has no width."""
+  bands = [p for p in points if len(p) >= 4 and p[2] is not None and p[3] is not None]
+  if bands and any(p[2] != p[3] for p in bands):
+    ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
+                    color=color, alpha=0.2, linewidth=0)
+
+
+def _save_figure(fig, path: os.PathLike | str) -> pathlib.Path:
+  """Lays out, writes (creating the folder) and closes ``fig``; returns the path."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig.tight_layout()
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
                 xlabel: str, ylabel: str, title: str = "", logx: bool = False,
                 logy: bool = False, vline: Optional[float] = None, vline_label: str = "",
@@ -217,10 +236,7 @@ def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
     (line,) = ax.plot(xs, [p[1] for p in pts], style,
                       marker=marker if len(pts) < 20 else None, markersize=3, label=label,
                       color=color)
-    bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
-    if bands and any(p[2] != p[3] for p in bands):
-      ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
-                      color=line.get_color(), alpha=0.2, linewidth=0)
+    _fill_band(ax, pts, line.get_color())
   if vline is not None:
     ax.axvline(vline, color="gray", linestyle=":", label=vline_label or None)
   if hline is not None:
@@ -247,12 +263,7 @@ def plot_curves(path: os.PathLike | str, series: Dict[str, Sequence[tuple]], *,
   ax.set_title(title)
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=7, ncol=2 if many else 1)
-  fig.tight_layout()
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save_figure(fig, path)
 
 
 def plot_panels(path: os.PathLike | str, panels: Dict[str, Dict[str, Sequence[tuple]]], *,
@@ -301,10 +312,7 @@ def plot_panels(path: os.PathLike | str, panels: Dict[str, Dict[str, Sequence[tu
       color = (colors or {}).get(label, palette[labels.index(label) % 10])
       ax.plot([p[0] for p in pts], [p[1] for p in pts], (styles or {}).get(label, "-"),
               color=color, linewidth=1.2, label=label)
-      bands = [p for p in pts if len(p) >= 4 and p[2] is not None and p[3] is not None]
-      if bands and any(p[2] != p[3] for p in bands):
-        ax.fill_between([p[0] for p in bands], [p[2] for p in bands], [p[3] for p in bands],
-                        color=color, alpha=0.2, linewidth=0)
+      _fill_band(ax, pts, color)
     if vline is not None:
       ax.axvline(vline, color="gray", linestyle=":", label=vline_label or None)
     ax.set_title(name, fontsize=9)
@@ -316,12 +324,7 @@ def plot_panels(path: os.PathLike | str, panels: Dict[str, Dict[str, Sequence[tu
   fig.supylabel(ylabel)
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save_figure(fig, path)
 
 
 def plot_perplexity(curves: Dict[str, Sequence[LengthResult]], path: pathlib.Path, *,
