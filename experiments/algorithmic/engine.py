@@ -404,7 +404,11 @@ def why_not(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mappi
         return (f"Reason: the seeds overlap: {w_name}'s lowest seed {f(w['min'])} is not above "
                 f"{l_name}'s highest {f(l['max'])}.")
       if w["median"] < l["median"] + margin:
-        return (f"Reason: {w_name} leads {l_name} by {f(w['median'] - l['median'])} in the "
+        # Enough digits that the lead printed is under the margin (0.0195, not "0.020 < 0.02").
+        lead, shown = w["median"] - l["median"], digits
+        while float(study_report.fmt(lead, shown)) >= margin and shown < 9:
+          shown += 1
+        return (f"Reason: {w_name} leads {l_name} by {study_report.fmt(lead, shown)} in the "
                 f"median, less than the {margin:g} margin.")
   return ""
 
@@ -545,8 +549,13 @@ def suite_mean(settings: Settings, outcomes: Mapping[tuple, Outcome], variant: s
 
 def cap_text(recipe: convergence.Recipe, rescue_steps: int = 0) -> str:
   """``"6000 steps"``, or ``"6000 steps, or 12000 in a second run"``."""
-  return f"{recipe.max_steps} steps" + (f", or {rescue_steps} in a second run"
-                                        if rescue_steps else "")
+  return cap_text_of({"max_steps": recipe.max_steps}, rescue_steps)
+
+
+def cap_text_of(recipe: Mapping[str, Any], rescue_steps: Optional[int] = 0) -> str:
+  """:func:`cap_text` of a recipe as ``results.json`` stores it (a dict with ``max_steps``)."""
+  return f"{recipe['max_steps']} steps" + (f", or {rescue_steps} in a second run"
+                                           if rescue_steps else "")
 
 
 def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe, *,

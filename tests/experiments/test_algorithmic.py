@@ -51,6 +51,10 @@ class CompareTest(absltest.TestCase):
                   engine.why_not({"a": _spread(0.3, 0.6, 0.7)}, {"b": _spread(0.1, 0.3, 0.4)}))
     self.assertIn("a leads b by 0.013 in the median, less than the 0.02 margin",
                   engine.why_not({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50, 0.505)}))
+    # A lead just under the margin is printed with the digits that show it is under (the full
+    # length-generalization run had t5 0.026 vs sinusoidal 0.007: "0.020 < 0.02" before).
+    self.assertIn("t5 leads sinusoidal by 0.0197 in the median, less than the 0.02 margin",
+                  engine.why_not({"t5": _spread(0.0261)}, {"sinusoidal": _spread(0.0064)}))
     self.assertEqual(engine.why_not({"a": _spread()}, {"b": _spread(0.1)}), "")
 
   def test_a_verdict_that_did_not_hold_carries_its_reason(self):
