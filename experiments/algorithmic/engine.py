@@ -547,15 +547,10 @@ def suite_mean(settings: Settings, outcomes: Mapping[tuple, Outcome], variant: s
   return seed_spread(per_seed)
 
 
-def cap_text(recipe: convergence.Recipe, rescue_steps: int = 0) -> str:
-  """``"6000 steps"``, or ``"6000 steps, or 12000 in a second run"``."""
-  return cap_text_of({"max_steps": recipe.max_steps}, rescue_steps)
-
-
-def cap_text_of(recipe: Mapping[str, Any], rescue_steps: Optional[int] = 0) -> str:
-  """:func:`cap_text` of a recipe as ``results.json`` stores it (a dict with ``max_steps``)."""
-  return f"{recipe['max_steps']} steps" + (f", or {rescue_steps} in a second run"
-                                           if rescue_steps else "")
+def cap_text(max_steps: int, rescue_steps: int = 0) -> str:
+  """``"6000 steps"``, or ``"6000 steps, or 12000 in a second run"`` (a recipe's cap and
+  ``Settings.rescue_steps``)."""
+  return f"{max_steps} steps" + (f", or {rescue_steps} in a second run" if rescue_steps else "")
 
 
 def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Recipe, *,
@@ -567,8 +562,8 @@ def fit_lines(summary: Mapping[str, Mapping[str, Any]], recipe: convergence.Reci
     bad = [f"{v} ({e['fit']}/{e['seeds']}, best {cell(e['best_in_dist'], 3)})"
            for v, e in variants.items() if not comparable(e)]
     lines.append(f"- {task}: fit (>= {recipe.fit_threshold:g} held-out in-distribution exact "
-                 f"match within {cap_text(recipe, rescue_steps)}) in a majority of seeds: "
-                 f"{', '.join(ok) or 'none'}; did not: {', '.join(bad) or 'none'}.")
+                 f"match within {cap_text(recipe.max_steps, rescue_steps)}) in a majority of "
+                 f"seeds: {', '.join(ok) or 'none'}; did not: {', '.join(bad) or 'none'}.")
   return "\n".join(lines)
 
 
@@ -784,7 +779,7 @@ def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
   note = ""
   if unfit:
     note = (f"{', '.join(unfit)} did not fit (>= {recipe.fit_threshold:g} held-out "
-            f"in-distribution within {cap_text(recipe, rescue_steps)}) in a majority of "
+            f"in-distribution within {cap_text(recipe.max_steps, rescue_steps)}) in a majority of "
             "seeds (best in-distribution: " + ", ".join(
                 f"{v} {cell(entries[v]['best_in_dist'], 3)}" for v in unfit)
             + "); compared with every seed, a seed that did not fit counted 0.")

@@ -46,7 +46,8 @@ def table(payloads: Sequence[Mapping[str, Any]]) -> str:
       columns.append((family, board))
       notes.append(f"- {family}: `{p['study']}` {p['mode']} run, {len(settings['seeds'])} "
                    f"seed(s), training to >= {recipe['fit_threshold']:g} in-distribution or "
-                   f"{engine.cap_text_of(recipe, settings.get('rescue_steps', 0))}, {p['date']} "
+                   f"{engine.cap_text(recipe['max_steps'], settings.get('rescue_steps', 0))}, "
+                   f"{p['date']} "
                    f"([report](experiments/results/{p['study']}/report.md))")
   variants: List[str] = []
   for _, board in columns:
