@@ -60,6 +60,7 @@ ALIASES = {
     "data": "data.name", "train_len": "data.train_len", "steps": "train.steps",
     "eval_lens": "eval.lens", "quick": "study.quick", "seeds": "study.seeds",
     "pes": "study.pes", "runs_dir": "study.runs_dir", "shard": "study.shard",
+    "progress": "study.progress",
     "eval_rope_scaling": "eval.rope_scaling", "init_from_hf": "train.init_from_hf",
 }
 # Multi-process aliases (python -m pejax.parallel.local_cluster appends the first three).
@@ -130,6 +131,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       "only every N-th model of an algorithmic study from the I-th (0-based) "
                       "and writes no report; N processes, one per core, share one runs "
                       "directory, then the complete command writes the report.", **fv)
+  flags.DEFINE_bool("progress", None, "Alias of --config.study.progress (with --study): an "
+                    "algorithmic study prints how far its run is (models done, one-core "
+                    "minutes, an estimate of the time left) from the records in its models "
+                    "directory, and trains nothing.", **fv)
   _define_mesh_flags(fv)
 
 
@@ -243,15 +248,17 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
                          f"{config.study.seeds!r}") from None
   pes = tuple(p.strip() for p in str(config.study.get("pes", "") or "").split(",") if p.strip())
   shard = parse_shard(str(config.study.get("shard", "") or ""))
+  progress = bool(config.study.get("progress", False))
   # --steps (train.steps) is the step count of the LM studies' models and the step cap of the
   # convergence studies (algorithmic suites, passkey), which read it from the options.
   options = study_report.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
       runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes, shard=shard,
+      progress=progress,
       steps=int(overrides.get("train.steps", 0) or 0),
       overrides={p: v for p, v in overrides.items() if not p.startswith("study.")})
   module = importlib.import_module(f"experiments.{name}")
-  for flag, value in (("--pes", pes), ("--shard", shard)):
+  for flag, value in (("--pes", pes), ("--shard", shard), ("--progress", progress)):
     if value and not getattr(module, "SELECTS_PES", False):
       raise app.UsageError(f"{flag} only applies to the studies that sweep PE variants "
                            f"(length_generalization, ruoss_suite, kazemnejad_suite, "

@@ -155,7 +155,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
     log: progress lines.
 
   Returns:
-    The results dict written to ``results.json`` (with ``options.shard``: the shard's count).
+    The results dict written to ``results.json`` (with ``options.shard``: the shard's count;
+    with ``options.progress``: :func:`engine.progress_summary`'s, nothing trained).
   """
   started = time.time()
   base = base_config(options)
@@ -166,6 +167,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   log(f"{STUDY}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
+  if options.progress:
+    return engine.run_progress(base, settings, study=STUDY, shard=options.shard,
+                               runs_dir=runs_dir, log=log)
   if options.shard:
     return engine.run_shard(base, settings, study=STUDY, shard=options.shard,
                             runs_dir=runs_dir, log=log)

@@ -22,6 +22,8 @@ command; or ``--config=experiments/configs/<name>.py``, see :func:`study_config`
     --seeds=0,1,2                  seeds (default: the study's)
     --shard=I/N                    algorithmic studies: train only every N-th model from the I-th
                                    (0-based), no report; N processes on one runs directory
+    --progress                     algorithmic studies: how far the run is (models done,
+                                   one-core minutes, time left), from the records; no training
     --config.study.runs_dir=DIR    trained models (default runs/<study>; the convergence
                                    studies: <workdir>/models, whose records git keeps)
     --steps=N, --config.<path>=V   overrides of every base model, e.g. --config.model.d_model=256
@@ -82,6 +84,9 @@ class StudyOptions:
       its seed-major order is ``index`` modulo ``count`` and writes no report (``count``
       processes, e.g. one per core, share one runs directory; the complete command then reuses
       every model and writes the report); ``()`` means every model and the report.
+    progress: an algorithmic study prints how far its run is (models done, one-core minutes,
+      an estimate of what is left) from the records in its models directory and trains
+      nothing.
     overrides: config path -> value applied to every base config before the study's own sweep
       settings (e.g. ``{"model.d_model": 256}``).
     command: the command line, for the report header (default: ``sys.argv``).
@@ -96,6 +101,7 @@ class StudyOptions:
   overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   command: str = ""
   shard: tuple = ()
+  progress: bool = False
 
   def __post_init__(self):
     if self.shard:
@@ -155,6 +161,8 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   # (convergence studies: <workdir>/models).
   config.study.shard = ""  # "I/N" (alias --shard): an algorithmic study trains every N-th model
   # from the I-th and writes no report; empty means every model and the report.
+  config.study.progress = False  # (alias --progress): an algorithmic study prints how far its
+  # run is, from the records in its models directory, and trains nothing.
   return config
 
 

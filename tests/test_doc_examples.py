@@ -215,6 +215,7 @@ class DocExamplesTest(parameterized.TestCase):
       name, options = recorded[-1]
       self.assertIn(name, command)
       self.assertEqual(options.quick, "--quick" in args or "study.quick=True" in command)
+      self.assertEqual(options.progress, "--progress" in args)
       return
     if _needs_absent_devices(args):
       flag_values = launch.flags.FlagValues()

@@ -170,6 +170,10 @@ class UsageErrorTest(parameterized.TestCase):
       ("shard_without_study", ["--shard=0/2"], app.UsageError, "--shard only takes effect with"),
       ("shard_on_a_study_without_variants", ["--study=extrapolation", "--shard=0/2"],
        app.UsageError, "--shard only applies to the studies that sweep PE variants"),
+      ("progress_without_study", ["--progress"], app.UsageError,
+       "--progress only takes effect with"),
+      ("progress_on_a_study_without_variants", ["--study=passkey_scaling", "--progress"],
+       app.UsageError, "--progress only applies to the studies that sweep PE variants"),
       ("shard_index_out_of_range", ["--study=kazemnejad_suite", "--shard=2/2"], app.UsageError,
        r"--shard must be I/N with 0 <= I < N \(e.g. 0/2\), got '2/2'"),
       ("shard_not_a_fraction", ["--study=kazemnejad_suite", "--shard=1"], app.UsageError,
@@ -354,6 +358,10 @@ class StudyOptionsTest(absltest.TestCase):
     with mock.patch.object(kazemnejad_suite, "run", seen.append):
       self.assertEqual(_launch("--study=kazemnejad_suite", "--shard=1/2", "--workdir=/tmp/r"), 0)
     self.assertEqual(seen[1].shard, (1, 2))
+    self.assertFalse(seen[1].progress)
+    with mock.patch.object(kazemnejad_suite, "run", seen.append):
+      self.assertEqual(_launch("--study=kazemnejad_suite", "--progress", "--workdir=/tmp/r"), 0)
+    self.assertTrue(seen[2].progress)
 
   def test_steps_sets_the_step_cap_of_a_convergence_study(self):
     from experiments import kazemnejad_suite  # pylint: disable=g-import-not-at-top

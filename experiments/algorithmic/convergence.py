@@ -50,6 +50,7 @@ RESULT_FILE = "fit.json"
 PARAMS_FILE = "params.npz"
 PROGRESS_FILE = "progress.npz"  # Weights + optimizer state at the last check of an unfinished run.
 PROGRESS_META = "progress.json"  # Its step, curve, best, generator state and elapsed seconds.
+EVAL_FILE = "eval.json"  # Test accuracies of a finished model (written by the studies).
 VERSION = 1  # Bump when the training procedure changes what a cached result means.
 # Recipe fields added after records were committed, with their defaults: they enter a run's key
 # only when set otherwise, so the directories of earlier records keep their names.
@@ -367,6 +368,58 @@ def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitR
                    machine=str(r.get("machine", "")))
 
 
+def fit_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
+            train_sizes: tuple, randomized: Optional[int] = None) -> Dict[str, Any]:
+  """The key of the model :func:`train_to_fit` trains with these arguments (its directory
+  name hashes it; a record is that model's only when its stored key is equal)."""
+  lo, hi = int(train_sizes[0]), int(train_sizes[1])
+  return full_key(run_key(config, recipe, task=task, train_sizes=(lo, hi),
+                          row_len=row_len_for(task, hi), randomized=randomized))
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+  """What a runs directory holds of one model, read without training it.
+
+  Attributes:
+    result: the finished run's :class:`FitResult` (``fit.json``), else ``None``.
+    step: the last checked step of an unfinished run (``progress.json``), else ``None``.
+    seconds: training seconds so far (the finished run's, or the unfinished one's).
+    evaluated: an ``eval.json`` is beside the finished run (its test accuracies).
+  """
+
+  result: Optional[FitResult] = None
+  step: Optional[int] = None
+  seconds: float = 0.0
+  evaluated: bool = False
+
+
+def recorded(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str) -> Recorded:
+  """Looks up the model of ``key`` (:func:`fit_key`) under ``runs_dir`` without training it.
+
+  Args:
+    runs_dir: where the model directories are.
+    key: the model's key.
+    label: the readable prefix of its directory name (as given to :func:`train_to_fit`).
+
+  Returns:
+    Its :class:`Recorded`: empty when neither a record nor an unfinished run of this very key
+    is there.
+  """
+  run_dir = run_dir_for(runs_dir, key, label=label)
+  result = _read_result(run_dir, key)
+  if result is not None:
+    return Recorded(result=result, seconds=result.train_seconds,
+                    evaluated=(run_dir / EVAL_FILE).exists())
+  try:
+    meta = json.loads((run_dir / PROGRESS_META).read_text())
+  except (OSError, json.JSONDecodeError):
+    return Recorded()
+  if meta.get("key") != json.loads(json.dumps(dict(key), default=str)):
+    return Recorded()
+  return Recorded(step=int(meta["step"]), seconds=float(meta.get("seconds", 0.0)))
+
+
 def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
                  train_sizes: tuple, runs_dir: os.PathLike | str, label: str,
                  randomized: Optional[int] = None,
@@ -388,8 +441,7 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
   """
   lo, hi = int(train_sizes[0]), int(train_sizes[1])
   row_len = row_len_for(task, hi)
-  key = run_key(config, recipe, task=task, train_sizes=(lo, hi), row_len=row_len,
-                randomized=randomized)
+  key = fit_key(config, recipe, task=task, train_sizes=(lo, hi), randomized=randomized)
   seed = int(config.seed)
   check = task_batch(task, np.random.default_rng([seed, 2]), batch_size=recipe.check_examples,
                      row_len=row_len, min_size=lo, max_size=hi, train_len=row_len,

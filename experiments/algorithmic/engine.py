@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import statistics
 import time
@@ -277,7 +278,7 @@ def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, s
         model, spec, examples=settings.examples, seed=int(config.seed) + 1000,
         train_len=train_len, max_position=m).items()} for name, m in protocols.items()}
 
-  return study_report.cached(pathlib.Path(result.run_dir) / "eval.json", key, compute)
+  return study_report.cached(pathlib.Path(result.run_dir) / convergence.EVAL_FILE, key, compute)
 
 
 def aggregate(acc: Mapping[Any, float], spec: TaskSpec) -> Dict[str, Optional[float]]:
@@ -449,6 +450,25 @@ class Outcome:
             **self.aggregate}
 
 
+def model_order(base: ml_collections.ConfigDict, settings: Settings, *, shard: tuple = ()
+                ) -> List[tuple]:
+  """``(seed, spec, variant, config, label)`` of every model, seed-major (a partial run has
+  seed 0 first), or of one shard's (``(index, count)``: every ``count``-th from ``index``)."""
+  order = [(seed, spec, variant) for seed in settings.seeds
+           for spec in settings.tasks for variant in settings.variants]
+  if shard:
+    order = order[shard[0]::shard[1]]
+  return [(seed, spec, variant,
+           variant_config(base, variant=variant, seed=seed, max_position=settings.position_range),
+           f"{spec.name}-{variant.replace('+', '_')}-s{seed}") for seed, spec, variant in order]
+
+
+def _fit_arguments(settings: Settings, spec: TaskSpec, randomized: bool) -> Dict[str, Any]:
+  """The task arguments of :func:`convergence.train_to_fit` (and :func:`convergence.fit_key`)."""
+  return {"task": spec.name, "train_sizes": (spec.train_min, spec.train_max),
+          "randomized": settings.position_range if randomized else None}
+
+
 def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
                runs_dir: pathlib.Path, log: Callable[[str], None] = print,
                shard: tuple = ()) -> Dict[tuple, Outcome]:
@@ -465,25 +485,18 @@ def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
   Returns:
     ``(task, variant, seed) -> Outcome`` (the shard's models only, with ``shard``).
   """
-  order = [(seed, spec, variant) for seed in settings.seeds  # Seed-major: a partial run has
-           for spec in settings.tasks for variant in settings.variants]  # seed 0 first.
-  if shard:
-    order = order[shard[0]::shard[1]]
+  order = model_order(base, settings, shard=shard)
   n = len(order)
   started = time.time()
   out = {}
   done = 0
-  for seed, spec, variant in order:
+  for seed, spec, variant, config, label in order:
     randomized = parse_variant(variant)[1]
-    config = variant_config(base, variant=variant, seed=seed,
-                            max_position=settings.position_range)
-    label = f"{spec.name}-{variant.replace('+', '_')}-s{seed}"
 
     def train(recipe, label=label, config=config, spec=spec, randomized=randomized):
       return convergence.train_to_fit(
-          config, recipe, task=spec.name, train_sizes=(spec.train_min, spec.train_max),
-          runs_dir=runs_dir, label=label,
-          randomized=settings.position_range if randomized else None, log=log)
+          config, recipe, runs_dir=runs_dir, label=label, log=log,
+          **_fit_arguments(settings, spec, randomized))
 
     fit, first = train(settings.recipe), None
     if not fit.fit and settings.rescue_recipe is not None:
@@ -506,6 +519,136 @@ def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
         f"{study_report.fmt(agg['ood'], 3)} ({how}, {(time.time() - started) / 60:.1f} "
         "min so far)")
   return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Progress of a long run (read from the records; trains nothing).
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelProgress:
+  """How far one model of a run is.
+
+  Attributes:
+    label: ``<task>-<variant>-s<seed>``.
+    seed: its seed.
+    state: ``"done"`` (trained and evaluated), ``"not evaluated"`` (trained, no
+      ``eval.json``), ``"training"`` (an unfinished run is on disk), ``"second run"`` (did not
+      fit within the cap; the second run is unfinished or not started) or ``"not started"``.
+    seconds: training seconds spent on it so far (both runs).
+    step: the last checked step of its unfinished run, else ``None``.
+    cap: that run's step cap.
+  """
+
+  label: str
+  seed: int
+  state: str
+  seconds: float = 0.0
+  step: Optional[int] = None
+  cap: int = 0
+
+
+def model_progress(base: ml_collections.ConfigDict, settings: Settings, *,
+                   runs_dir: pathlib.Path, shard: tuple = ()) -> List[ModelProgress]:
+  """The :class:`ModelProgress` of every model of ``settings`` (or of a shard), in run order,
+  from what ``runs_dir`` holds: a record counts only when its key is this very model's."""
+  out = []
+  for seed, spec, variant, config, label in model_order(base, settings, shard=shard):
+    arguments = _fit_arguments(settings, spec, parse_variant(variant)[1])
+
+    def look(recipe, label):
+      return convergence.recorded(runs_dir, convergence.fit_key(config, recipe, **arguments),
+                                  label=label)
+
+    recipe, seen = settings.recipe, look(settings.recipe, label)
+    earlier = 0.0
+    if (seen.result is not None and not seen.result.fit
+        and settings.rescue_recipe is not None):
+      earlier, recipe = seen.seconds, settings.rescue_recipe
+      seen = look(recipe, f"{label}-cap{settings.rescue_steps}")
+      if seen.result is None:
+        out.append(ModelProgress(label, seed, "second run", earlier + seen.seconds, seen.step,
+                                 recipe.max_steps))
+        continue
+    if seen.result is not None:
+      state = "done" if seen.evaluated else "not evaluated"
+    else:
+      state = "training" if seen.step is not None else "not started"
+    out.append(ModelProgress(label, seed, state, earlier + seen.seconds, seen.step,
+                             recipe.max_steps))
+  return out
+
+
+def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str, Any]:
+  """Counts, one-core minutes and an estimate of what is left, from :func:`model_progress`.
+
+  The estimate is the median one-core time of the finished models times the models left,
+  less the time already spent on the unfinished ones, spread over ``cores`` processes (one
+  shard each). It is rough: the finished models are the first of the run order, and a model
+  that needs a second run takes about three times one that fits early.
+  """
+  if cores < 1:
+    raise ValueError(f"cores must be >= 1, got {cores}")
+  finished = [m for m in models if m.state in ("done", "not evaluated")]
+  minutes = [m.seconds / 60.0 for m in finished]
+  started = sum(m.seconds for m in models if m.state in ("training", "second run")) / 60.0
+  left = len(models) - len(finished)
+  median = float(np.median(minutes)) if minutes else None
+  estimate = None if median is None else max(0.0, left * median - started)
+  by_seed: Dict[int, List[int]] = {}
+  for m in models:
+    counts = by_seed.setdefault(m.seed, [0, 0])
+    counts[0] += m.state == "done"
+    counts[1] += 1
+  return {"models": len(models), "done": sum(m.state == "done" for m in models),
+          "states": {state: sum(m.state == state for m in models) for state in
+                     ("done", "not evaluated", "training", "second run", "not started")},
+          "by_seed": {str(seed): {"done": d, "models": n} for seed, (d, n) in by_seed.items()},
+          "one_core_minutes": sum(minutes) + started,
+          "median_minutes": median, "longest_minutes": max(minutes) if minutes else None,
+          "left_one_core_minutes": estimate, "cores": cores,
+          "left_hours": None if estimate is None else estimate / 60.0 / cores,
+          "running": [dataclasses.asdict(m) for m in models if m.step is not None]}
+
+
+def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Path) -> List[str]:
+  """The printout of ``--progress`` (:func:`progress_summary`)."""
+  s = summary
+  seeds = ", ".join(f"seed {k}: {v['done']} of {v['models']}" for k, v in s["by_seed"].items())
+  others = ", ".join(f"{n} {state}" for state, n in s["states"].items()
+                     if n and state != "done")
+  lines = [f"{study}: {s['done']} of {s['models']} models done (trained and evaluated) in "
+           f"{runs_dir}" + (f"; {others}" if others else ""), f"  {seeds}",
+           f"  one-core training time so far: {s['one_core_minutes']:.0f} min"]
+  if s["median_minutes"] is not None:
+    lines[-1] += (f"; a finished model took {s['median_minutes']:.1f} min (median), longest "
+                  f"{s['longest_minutes']:.1f}")
+  if s["left_one_core_minutes"] is None:
+    lines.append("  left: no estimate until a model has finished")
+  elif s["done"] < s["models"]:
+    lines.append(f"  left: about {s['left_one_core_minutes']:.0f} one-core min at that median, "
+                 f"{s['left_hours']:.1f} h as {s['cores']} shard(s) on {s['cores']} core(s)")
+  for m in s["running"]:
+    lines.append(f"  unfinished: {m['label']} ({m['state']}) at step {m['step']} of {m['cap']}, "
+                 f"{m['seconds'] / 60:.1f} min so far")
+  return lines
+
+
+def _usable_cores() -> int:
+  if hasattr(os, "sched_getaffinity"):
+    return max(1, len(os.sched_getaffinity(0)))
+  return max(1, os.cpu_count() or 1)
+
+
+def run_progress(base: ml_collections.ConfigDict, settings: Settings, *, study: str,
+                 shard: tuple, runs_dir: pathlib.Path, log: Callable[[str], None] = print
+                 ) -> Dict[str, Any]:
+  """``--progress``: prints how far the run is (:func:`progress_lines`); trains nothing."""
+  summary = progress_summary(model_progress(base, settings, runs_dir=runs_dir, shard=shard),
+                             cores=_usable_cores())
+  for line in progress_lines(study, summary, runs_dir):
+    log(line)
+  return summary
 
 
 def run_shard(base: ml_collections.ConfigDict, settings: Settings, *, study: str,
@@ -831,6 +974,9 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
+  if options.progress:
+    return run_progress(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
+                        log=log)
   if options.shard:
     return run_shard(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
                      log=log)

@@ -405,5 +405,122 @@ class TrainToFitTest(absltest.TestCase):
       self.assertFalse((resumed.run_dir / name).exists())  # Superseded by fit.json.
 
 
+class ProgressTest(absltest.TestCase):
+  """``--progress``: how far a long run is, read from the records (nothing is trained)."""
+
+  def setUp(self):
+    super().setUp()
+    self.runs = pathlib.Path(self.create_tempdir().full_path)
+    self.settings = engine.Settings(
+        tasks=(engine.TaskSpec("copy", 2, (1, 3)),), variants=("rope", "alibi"), seeds=(0, 1),
+        recipe=convergence.Recipe(max_steps=100), rescue_steps=200)
+    self.base = _tiny_config()
+    self.models = {label: (config, spec, variant) for _, spec, variant, config, label
+                   in engine.model_order(self.base, self.settings)}
+
+  def _key(self, label, recipe):
+    config, spec, variant = self.models[label]
+    return convergence.fit_key(config, recipe, task=spec.name,
+                               train_sizes=(spec.train_min, spec.train_max),
+                               randomized=(self.settings.position_range
+                                           if engine.parse_variant(variant)[1] else None))
+
+  def _finished(self, label, recipe, *, fit, seconds, evaluated=True, key=None, suffix=""):
+    key = key or self._key(label, recipe)
+    run_dir = convergence.run_dir_for(self.runs, key, label=label + suffix)
+    run_dir.mkdir(parents=True)
+    result = convergence.FitResult(run_dir=run_dir, steps=recipe.max_steps,
+                                   steps_to_fit=50 if fit else None, in_dist=0.5,
+                                   best_in_dist=0.5, best_step=50, curve=(),
+                                   train_seconds=seconds)
+    (run_dir / convergence.RESULT_FILE).write_text(json.dumps(
+        {"key": key, "result": result.to_json()}, default=str))
+    if evaluated:
+      (run_dir / convergence.EVAL_FILE).write_text("{}")
+    return run_dir
+
+  def _unfinished(self, label, recipe, *, step, seconds, suffix=""):
+    key = self._key(label, recipe)
+    run_dir = convergence.run_dir_for(self.runs, key, label=label + suffix)
+    run_dir.mkdir(parents=True)
+    (run_dir / convergence.PROGRESS_META).write_text(json.dumps(
+        {"key": key, "step": step, "seconds": seconds}, default=str))
+
+  def test_states_times_and_estimate_come_from_this_runs_records_only(self):
+    recipe, rescue = self.settings.recipe, self.settings.rescue_recipe
+    self.assertEqual(list(self.models), ["copy-rope-s0", "copy-alibi-s0", "copy-rope-s1",
+                                         "copy-alibi-s1"])
+    self._finished("copy-rope-s0", recipe, fit=True, seconds=60.0)
+    # Did not fit within the cap; its second run (cap 200) is at step 50.
+    self._finished("copy-alibi-s0", recipe, fit=False, seconds=120.0)
+    self._unfinished("copy-alibi-s0", rescue, step=50, seconds=30.0, suffix="-cap200")
+    self._unfinished("copy-rope-s1", recipe, step=40, seconds=20.0)
+    # A record of another model (seed 0's key) in seed 1's directory does not count.
+    self._finished("copy-alibi-s1", recipe, fit=True, seconds=99.0,
+                   key=self._key("copy-alibi-s0", recipe))
+    models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
+    self.assertEqual([(m.label, m.state, m.seconds, m.step, m.cap) for m in models], [
+        ("copy-rope-s0", "done", 60.0, None, 100),
+        ("copy-alibi-s0", "second run", 150.0, 50, 200),
+        ("copy-rope-s1", "training", 20.0, 40, 100),
+        ("copy-alibi-s1", "not started", 0.0, None, 100)])
+    s = engine.progress_summary(models, cores=2)
+    self.assertEqual((s["models"], s["done"]), (4, 1))
+    self.assertEqual(s["by_seed"], {"0": {"done": 1, "models": 2}, "1": {"done": 0, "models": 2}})
+    self.assertAlmostEqual(s["one_core_minutes"], (60 + 150 + 20) / 60)
+    self.assertEqual(s["median_minutes"], 1.0)
+    # 3 models left at the 1-minute median, less the 170 s already spent on two of them.
+    self.assertAlmostEqual(s["left_one_core_minutes"], 3 - 170 / 60)
+    self.assertAlmostEqual(s["left_hours"], (3 - 170 / 60) / 60 / 2)
+    lines = engine.progress_lines("t", s, self.runs)
+    self.assertIn("t: 1 of 4 models done (trained and evaluated)", lines[0])
+    self.assertIn("1 training, 1 second run, 1 not started", lines[0])
+    self.assertEqual(lines[1], "  seed 0: 1 of 2, seed 1: 0 of 2")
+    self.assertIn("  unfinished: copy-alibi-s0 (second run) at step 50 of 200, 2.5 min so far",
+                  lines)
+    # The shard 1/2 holds the second and fourth models of the run order.
+    self.assertEqual([m.label for m in engine.model_progress(
+        self.base, self.settings, runs_dir=self.runs, shard=(1, 2))],
+                     ["copy-alibi-s0", "copy-alibi-s1"])
+
+  def test_a_second_run_that_finished_makes_the_model_done_with_both_times(self):
+    recipe, rescue = self.settings.recipe, self.settings.rescue_recipe
+    self._finished("copy-rope-s0", recipe, fit=False, seconds=100.0)
+    self._finished("copy-rope-s0", rescue, fit=False, seconds=200.0, suffix="-cap200")
+    self._finished("copy-alibi-s0", recipe, fit=True, seconds=30.0, evaluated=False)
+    models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
+    self.assertEqual([(m.state, m.seconds) for m in models[:2]],
+                     [("done", 300.0), ("not evaluated", 30.0)])
+    s = engine.progress_summary(models, cores=1)
+    self.assertEqual(s["states"]["not evaluated"], 1)
+    self.assertEqual((s["median_minutes"], s["longest_minutes"]), (2.75, 5.0))
+
+  def test_nothing_finished_gives_no_estimate_and_bad_cores_are_refused(self):
+    s = engine.progress_summary(engine.model_progress(self.base, self.settings,
+                                                      runs_dir=self.runs), cores=2)
+    self.assertEqual((s["done"], s["states"]["not started"]), (0, 4))
+    self.assertIsNone(s["left_one_core_minutes"])
+    self.assertIn("  left: no estimate until a model has finished",
+                  engine.progress_lines("t", s, self.runs))
+    with self.assertRaisesRegex(ValueError, "cores must be >= 1, got 0"):
+      engine.progress_summary([], cores=0)
+
+  def test_the_progress_option_trains_nothing_and_writes_no_report(self):
+    from experiments import study_report  # pylint: disable=g-import-not-at-top
+    workdir = pathlib.Path(self.create_tempdir().full_path)
+    options = study_report.StudyOptions(progress=True, workdir=str(workdir),
+                                        runs_dir=str(self.runs), command="t")
+    self.base = kazemnejad_suite.base_config(options)  # The study's models, not the tiny ones.
+    self.models = {label: (config, spec, variant) for _, spec, variant, config, label
+                   in engine.model_order(self.base, self.settings)}
+    self._finished("copy-rope-s0", self.settings.recipe, fit=True, seconds=60.0)
+    lines = []
+    with mock.patch.object(convergence, "train_to_fit", side_effect=AssertionError("trained")):
+      out = kazemnejad_suite.run(options, settings=self.settings, log=lines.append)
+    self.assertEqual((out["done"], out["models"]), (1, 4))
+    self.assertTrue(any("1 of 4 models done" in line for line in lines))
+    self.assertFalse((workdir / "report.md").exists())
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -106,6 +106,13 @@ class TinyStudyTest(absltest.TestCase):
     self.assertFalse((tmp / "shard" / "report.md").exists())
     self.assertTrue(any("copy rope+randomized seed 0" in line and "reused" in line
                         for line in lines), lines)
+    # --progress: both models are done (their records are this run's); nothing trained.
+    progress = dataclasses.replace(options, progress=True, workdir=str(tmp / "progress"))
+    lines = []
+    out = lg.run(progress, settings=settings, log=lines.append)
+    self.assertEqual((out["done"], out["models"]), (2, 2))
+    self.assertIn("lg_study: 2 of 2 models done", "".join(lines).replace(lg.STUDY, "lg_study"))
+    self.assertFalse((tmp / "progress" / "report.md").exists())
 
 
 class SelectVariantsTest(absltest.TestCase):
