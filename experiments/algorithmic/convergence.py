@@ -383,7 +383,8 @@ class Recorded:
 
   Attributes:
     result: the finished run's :class:`FitResult` (``fit.json``), else ``None``.
-    step: the last checked step of an unfinished run (``progress.json``), else ``None``.
+    step: the last checked step of an unfinished run that can resume (``progress.json`` and
+      ``progress.npz``), else ``None``.
     seconds: training seconds so far (the finished run's, or the unfinished one's).
     evaluated: an ``eval.json`` is beside the finished run (its test accuracies).
   """
@@ -411,6 +412,8 @@ def recorded(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str)
   if result is not None:
     return Recorded(result=result, seconds=result.train_seconds,
                     evaluated=(run_dir / EVAL_FILE).exists())
+  if not (run_dir / PROGRESS_FILE).exists():  # No state to resume from: it starts afresh.
+    return Recorded()
   try:
     meta = json.loads((run_dir / PROGRESS_META).read_text())
   except (OSError, json.JSONDecodeError):

@@ -445,6 +445,7 @@ class ProgressTest(absltest.TestCase):
     run_dir.mkdir(parents=True)
     (run_dir / convergence.PROGRESS_META).write_text(json.dumps(
         {"key": key, "step": step, "seconds": seconds}, default=str))
+    (run_dir / convergence.PROGRESS_FILE).write_bytes(b"")  # (Its state; not read here.)
 
   def test_states_times_and_estimate_come_from_this_runs_records_only(self):
     recipe, rescue = self.settings.recipe, self.settings.rescue_recipe
@@ -458,6 +459,10 @@ class ProgressTest(absltest.TestCase):
     # A record of another model (seed 0's key) in seed 1's directory does not count.
     self._finished("copy-alibi-s1", recipe, fit=True, seconds=99.0,
                    key=self._key("copy-alibi-s0", recipe))
+    # An unfinished run without its state (a clone: git keeps no progress files) cannot resume.
+    self._unfinished("copy-alibi-s1", recipe, step=70, seconds=5.0)
+    stateless = next(self.runs.glob("copy-alibi-s1-*/" + convergence.PROGRESS_FILE))
+    stateless.unlink()
     models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
     self.assertEqual([(m.label, m.state, m.seconds, m.step, m.cap) for m in models], [
         ("copy-rope-s0", "done", 60.0, None, 100),
