@@ -12,8 +12,12 @@ exact match >= 0.99) or a step cap (:mod:`experiments.algorithmic.convergence`).
 
 Tasks (:mod:`pejax.data.ruoss_tasks`): reverse_string, duplicate_string, missing_duplicate,
 odds_first, binary_addition, bucket_sort (context-sensitive / context-free), parity,
-cycle_navigation (regular), stack_manipulation (context-free). The metric here is the exact
-match of the whole answer (the paper scores per-token accuracy), so chance is lower.
+cycle_navigation (regular), stack_manipulation (context-free). The test metric is the paper's:
+per-token accuracy of the answer (``Settings.metric="token_accuracy"``; with whole-answer exact
+match every PE scores ~0 on answers of 50-500 bytes and the comparison measures nothing). Our
+causal decoder predicts each answer byte from the correct earlier ones (teacher forcing), the
+paper's encoder all at once, so our numbers are at least as high as the paper's setup would
+give for the same model. A model still counts as fit only at >= 0.99 held-out exact match.
 
 Published expectation: randomized positions improve the test accuracy of every PE they are
 combined with, by 12.0% on average over the 15 tasks (Ruoss et al., Table 1). Checked per PE on
@@ -45,6 +49,7 @@ TRAIN_MAX = 40
 TEST_SIZES = (50, 60, 80, 100, 150, 200, 300, 400, 500)
 QUICK_TRAIN_MAX = 8
 QUICK_TEST_SIZES = (12, 16, 24, 32)
+METRIC = "token_accuracy"  # Ruoss et al. 2023 score per token (engine.METRICS).
 
 
 def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
@@ -72,12 +77,13 @@ def settings_for(options: study_report.StudyOptions,
         tasks=tuple(_spec(t, QUICK_TRAIN_MAX, QUICK_TEST_SIZES) for t in QUICK_TASKS),
         variants=variants, seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000, one_size_per_batch=True),
-        examples=16)
+        examples=16, metric=METRIC)
   recipe = convergence.Recipe(max_steps=options.steps or 6000, one_size_per_batch=True)
   return engine.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
       variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps))
+      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps),
+      metric=METRIC)
 
 
 def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:
@@ -92,8 +98,8 @@ def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.
         "al. 2023: +12.0% on average)",
         {v: engine.suite_mean(settings, outcomes, v)},
         {plain: engine.suite_mean(settings, outcomes, plain)},
-        f"every seed of {v} above every seed of {plain} (mean OOD exact match over the "
-        f"{len(settings.tasks)} tasks, unfit = 0) and medians >= {engine.MARGIN:g} apart"))
+        f"every seed of {v} above every seed of {plain} (mean OOD {settings.metric_label} over "
+        f"the {len(settings.tasks)} tasks, unfit = 0) and medians >= {engine.MARGIN:g} apart"))
   return out
 
 

@@ -200,15 +200,26 @@ def task_batch(task: str, rng: np.random.Generator, *, batch_size: int, row_len:
 
 def exact_match(model, batch: Mapping[str, np.ndarray], *, chunk: int = 256) -> np.ndarray:
   """bool ``[B]``: every answer byte of the row is the argmax (teacher forcing = greedy)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  return _score_rows(eval_lib.answer_exact_match, model, batch, chunk=chunk)
+
+
+def token_accuracy(model, batch: Mapping[str, np.ndarray], *, chunk: int = 256) -> np.ndarray:
+  """float ``[B]``: the fraction of the row's answer bytes that are the argmax (teacher
+  forcing; :func:`pejax.eval.answer_token_accuracy`)."""
+  from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  return _score_rows(eval_lib.answer_token_accuracy, model, batch, chunk=chunk)
+
+
+def _score_rows(score, model, batch: Mapping[str, np.ndarray], *, chunk: int) -> np.ndarray:
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   out = []
   n = len(batch["inputs"])
   for start in range(0, n, chunk):
     part = {k: jnp.asarray(batch[k][start:start + chunk])
             for k in ("inputs", "targets", "positions", "loss_mask")}
-    out.append(np.asarray(eval_lib.answer_exact_match(
-        model, part["inputs"], part["targets"], part["positions"], part["loss_mask"])))
+    out.append(np.asarray(score(model, part["inputs"], part["targets"], part["positions"],
+                                part["loss_mask"])))
   return np.concatenate(out)
 
 

@@ -7,7 +7,8 @@ a convergence :class:`~experiments.convergence.Recipe`) plus its published claim
 1. trains a decoder until held-out in-distribution exact match reaches the fit threshold, or a
    step cap (:func:`experiments.convergence.train_to_fit`; cached on disk, so a killed study
    resumes at the next model);
-2. scores exact match for every test size (teacher forcing = greedy decoding of the answer), in
+2. scores exact match (teacher forcing = greedy decoding of the answer; or, with
+   ``Settings.metric``, the per-token accuracy of the answer) for every test size, in
    rows bucketed by length so that each model compiles a handful of shapes; cached beside the
    model;
 3. summarizes over seeds (median [min-max]), the OOD accuracy counted only for seeds that fit.
@@ -55,6 +56,8 @@ RANDOMIZED = "+randomized"
 MARGIN = 0.02  # Medians must differ by at least this much on top of separated seed ranges.
 OOD_KEYS = ("ood", "ood_2x", "ood_far")
 STRICT = "_strict"  # Suffix of the spreads over every seed, unfit seeds counted 0.
+METRICS = {"exact_match": "exact match", "token_accuracy": "per-token accuracy"}  # Test metric
+# of a study (Settings.metric) -> how reports name it. The fit check is always exact match.
 ROW_BUCKETS = tuple(sorted({b * 2**k for b in (16, 24) for k in range(12)}))
 
 
@@ -105,6 +108,9 @@ class Settings:
       longest test row.
     rescue_steps: the cap of a second run from scratch for a model that did not fit within
       ``recipe.max_steps`` (its cosine decay spans the new cap); 0 means no second run.
+    metric: what the tests score per size (a :data:`METRICS` key): ``"exact_match"`` (the
+      whole answer right) or ``"token_accuracy"`` (the fraction of answer bytes right, the
+      metric of Ruoss et al. 2023). Fitting is judged by exact match either way.
   """
 
   tasks: tuple
@@ -114,11 +120,19 @@ class Settings:
   examples: int = 32
   max_position: int = 0
   rescue_steps: int = 0
+  metric: str = "exact_match"
 
   def __post_init__(self):
+    if self.metric not in METRICS:
+      raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
     if self.rescue_steps and self.rescue_steps <= self.recipe.max_steps:
       raise ValueError(f"rescue_steps must be 0 or above the cap {self.recipe.max_steps}, got "
                        f"{self.rescue_steps}")
+
+  @property
+  def metric_label(self) -> str:
+    """``"exact match"`` or ``"per-token accuracy"``: the test metric as reports name it."""
+    return METRICS[self.metric]
 
   @property
   def rescue_recipe(self) -> Optional[convergence.Recipe]:
@@ -233,8 +247,9 @@ def test_row_len(task: str, size: int) -> int:
 
 
 def accuracy_by_size(model, spec: TaskSpec, *, examples: int, seed: int, train_len: int,
-                     max_position: Optional[int]) -> Dict[int, float]:
-  """Exact-match accuracy of ``model`` for every test size of ``spec``.
+                     max_position: Optional[int], metric: str = "exact_match"
+                     ) -> Dict[int, float]:
+  """Accuracy of ``model`` for every test size of ``spec`` (exact match, or per token).
 
   Args:
     model: a trained decoder.
@@ -243,10 +258,16 @@ def accuracy_by_size(model, spec: TaskSpec, *, examples: int, seed: int, train_l
     seed: data seed.
     train_len: the training row length (randomized positions draw at least this many).
     max_position: range of sampled positions, or ``None`` for ``0..k-1``.
+    metric: ``"exact_match"`` (fraction of examples whose whole answer is right) or
+      ``"token_accuracy"`` (mean over the examples of the fraction of answer bytes right).
 
   Returns:
-    size -> fraction of exact matches.
+    size -> accuracy.
   """
+  score = {"exact_match": convergence.exact_match,
+           "token_accuracy": convergence.token_accuracy}.get(metric)
+  if score is None:
+    raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
   rng = np.random.default_rng([seed, 3])
   by_row: Dict[int, List[int]] = {}
   for size in spec.test_sizes:
@@ -258,7 +279,7 @@ def accuracy_by_size(model, spec: TaskSpec, *, examples: int, seed: int, train_l
       batch = convergence.task_batch(spec.name, rng, batch_size=examples, row_len=row_len,
                                      min_size=size, max_size=size, train_len=train_len,
                                      max_position=max_position, sizes=[size] * examples)
-      out[size] = float(np.mean(convergence.exact_match(model, batch, chunk=chunk)))
+      out[size] = float(np.mean(score(model, batch, chunk=chunk)))
   return out
 
 
@@ -271,12 +292,15 @@ def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, s
     protocols = {"sampled": settings.position_range, "arange": None}
   key = {"sizes": list(spec.test_sizes), "examples": settings.examples,
          "protocols": protocols, "steps": result.steps, "version": 1}
+  if settings.metric != "exact_match":  # (Exact-match records written before stay valid.)
+    key["metric"] = settings.metric
 
   def compute():
     model = convergence.load_model(result, config)
     return {name: {str(k): v for k, v in accuracy_by_size(
         model, spec, examples=settings.examples, seed=int(config.seed) + 1000,
-        train_len=train_len, max_position=m).items()} for name, m in protocols.items()}
+        train_len=train_len, max_position=m, metric=settings.metric).items()}
+        for name, m in protocols.items()}
 
   return study_report.cached(pathlib.Path(result.run_dir) / convergence.EVAL_FILE, key, compute)
 
@@ -797,8 +821,11 @@ def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str
          "it 2nd run)" if settings.rescue_steps else ""),
       f"- seeds: {', '.join(str(s) for s in settings.seeds)}; tables: median [min-max] over "
       "seeds, OOD over the seeds that fit",
-      f"- test: {settings.examples} examples per size, exact match of the whole answer "
-      "(teacher forcing, equal to greedy decoding)",
+      (f"- test: {settings.examples} examples per size, exact match of the whole answer "
+       "(teacher forcing, equal to greedy decoding)" if settings.metric == "exact_match" else
+       f"- test: {settings.examples} examples per size, per-token accuracy: the fraction of "
+       "answer bytes whose argmax is right under teacher forcing (each byte predicted from the "
+       "correct earlier ones), averaged over the examples; 1.0 exactly for an exact match"),
       (f"- randomized positions (Ruoss et al. 2023): sorted samples of [0, "
        f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
        f"table (learned positions) has {settings.position_range} rows"
@@ -845,14 +872,15 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
     report.section(f"{spec.name}")
     report.table(header, rows, caption=(
         f"Trained on sizes {spec.train_min}..{spec.train_max}; tested on "
-        f"{', '.join(str(s) for s in spec.test_sizes if s > spec.train_max)}. Exact match, "
-        "median [min-max] over seeds."))
+        f"{', '.join(str(s) for s in spec.test_sizes if s > spec.train_max)}. "
+        f"{settings.metric_label.capitalize()}, median [min-max] over seeds."))
     path = workdir / f"{spec.name}_accuracy_by_size.png"
     title = f"{spec.name}: trained on sizes <= {spec.train_max}"
     if len(settings.variants) >= PANELS_FROM:
       panels = curve_panels(settings, outcomes, spec.name)
       study_report.plot_panels(
-          path, panels, xlabel="size", ylabel="exact match (median, band: min-max over seeds)",
+          path, panels, xlabel="size",
+          ylabel=f"{settings.metric_label} (median, band: min-max over seeds)",
           title=title, vline=spec.train_max + 0.5, vline_label="largest training size",
           styles={k: "--" for series in panels.values() for k in series
                   if k.startswith("randomized")},
@@ -861,7 +889,7 @@ def write_common(report: study_report.Report, base: ml_collections.ConfigDict,
     else:
       series = curves(settings, outcomes, spec.name)
       study_report.plot_curves(
-          path, series, xlabel="size", ylabel="exact match", title=title,
+          path, series, xlabel="size", ylabel=settings.metric_label, title=title,
           vline=spec.train_max + 0.5, vline_label="largest training size",
           styles={k: "--" for k in series if "randomized" in k})
     report.image(path, f"{spec.name} accuracy by size")
@@ -881,7 +909,8 @@ def results_payload(settings: Settings, summary: Mapping[str, Any],
 
 def leaderboard_entry(settings: Settings, outcomes: Mapping[tuple, Outcome]
                       ) -> Dict[str, Any]:
-  """variant -> spread over seeds of the mean OOD exact match across the study's tasks."""
+  """variant -> spread over seeds of the mean OOD accuracy (``Settings.metric``) across the
+  study's tasks."""
   return {v: suite_mean(settings, outcomes, v) for v in settings.variants}
 
 
@@ -988,8 +1017,8 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
     report.add_verdict(v)
   board = leaderboard_entry(settings, outcomes)
   report.section("Suite mean", (
-      "Mean OOD exact match over the tasks (a task where a seed did not fit counts 0), median "
-      "[min-max] over seeds:\n\n") + markdown_ranking(board))
+      f"Mean OOD {settings.metric_label} over the tasks (a task where a seed did not fit counts "
+      "0), median [min-max] over seeds:\n\n") + markdown_ranking(board, settings.metric_label))
   write_common(report, base, settings, outcomes, summary, workdir)
   results = results_payload(settings, summary, outcomes)
   if extra is not None:
@@ -999,7 +1028,8 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   return study_report.write_report(report, workdir, results, study=study, log=log)
 
 
-def markdown_ranking(board: Mapping[str, Mapping[str, Any]]) -> str:
+def markdown_ranking(board: Mapping[str, Mapping[str, Any]], metric_label: str = "exact match"
+                     ) -> str:
   ordered = sorted(board.items(), key=lambda kv: -(kv[1]["median"] or 0.0))
-  return study_report.markdown_table(["variant", "mean OOD exact match"],
+  return study_report.markdown_table(["variant", f"mean OOD {metric_label}"],
                                      [[v, cell(s, 3)] for v, s in ordered])

@@ -3,7 +3,8 @@
 Reads the committed ``results.json`` of the algorithmic studies (``experiments/results/<study>/``)
 and writes, between the README markers ``<!-- leaderboard:start -->`` and
 ``<!-- leaderboard:end -->``, one row per PE variant and one column per task family: the mean
-out-of-distribution exact match over the family's tasks, median [min-max] over seeds (a task a
+out-of-distribution exact match over the family's tasks (or the metric a column names: the Ruoss
+tasks are scored per token, as in the paper), median [min-max] over seeds (a task a
 seed did not fit counts 0). Each column names the run it comes from (mode, seeds, step cap), so
 quick-mode numbers are never mistaken for full runs.
 """
@@ -42,7 +43,10 @@ def table(payloads: Sequence[Mapping[str, Any]]) -> str:
   for p in payloads:
     settings = p["results"]["settings"]
     recipe = settings["recipe"]
+    metric = settings.get("metric", "exact_match")
     for family, board in p["results"]["leaderboard"].items():
+      if metric != "exact_match":  # The column says it is not the table's exact match.
+        family = f"{family} ({engine.METRICS[metric]})"
       columns.append((family, board))
       notes.append(f"- {family}: `{p['study']}` {p['mode']} run, {len(settings['seeds'])} "
                    f"seed(s), training to >= {recipe['fit_threshold']:g} in-distribution or "

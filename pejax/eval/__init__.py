@@ -14,9 +14,11 @@ from pejax.eval.report import plot_loss
 from pejax.eval.report import plot_perplexity
 from pejax.eval.report import readable_log_ticks
 from pejax.eval.report import write_results
+from pejax.eval.token_accuracy import answer_token_accuracy
 
 __all__ = (
     "answer_exact_match",
+    "answer_token_accuracy",
     "default_stride",
     "format_passkey_table",
     "format_table",

@@ -271,6 +271,33 @@ class CompareTest(absltest.TestCase):
       convergence.Recipe(decay="linear")
 
 
+class MetricTest(absltest.TestCase):
+
+  def test_per_token_accuracy_is_at_least_exact_match_size_by_size(self):
+    model = convergence.build_model(_tiny_config())  # Untrained: some bytes right by chance.
+    spec = engine.TaskSpec("reverse_string", 4, (2, 4, 6), train_min=1)
+    common = {"examples": 6, "seed": 0, "train_len": convergence.row_len_for(spec.name, 4),
+              "max_position": None}
+    exact = engine.accuracy_by_size(model, spec, **common)
+    token = engine.accuracy_by_size(model, spec, metric="token_accuracy", **common)
+    self.assertEqual(set(token), {2, 4, 6})
+    for size in token:
+      self.assertGreaterEqual(token[size], exact[size])
+      self.assertBetween(token[size], 0.0, 1.0)
+    with self.assertRaisesRegex(ValueError, "metric must be one of .*got 'bleu'"):
+      engine.accuracy_by_size(model, spec, metric="bleu", **common)
+
+  def test_settings_check_the_metric_and_name_it(self):
+    with self.assertRaisesRegex(ValueError, "metric must be one of .*got 'per_token'"):
+      engine.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
+                      metric="per_token")
+    settings = engine.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
+                               metric="token_accuracy")
+    self.assertEqual(settings.metric_label, "per-token accuracy")
+    self.assertEqual(dataclasses.replace(settings, metric="exact_match").metric_label,
+                     "exact match")
+
+
 class TrainToFitTest(absltest.TestCase):
 
   @pytest.mark.slow

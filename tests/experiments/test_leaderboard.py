@@ -32,6 +32,13 @@ class LeaderboardTest(absltest.TestCase):
     self.assertIn("`ruoss_suite` quick run, 1 seed(s)", text)
     self.assertIn("`length_generalization` full run, 3 seed(s)", text)
 
+  def test_a_column_scored_per_token_says_so(self):
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": engine.seed_spread([0.4])})
+    b["results"]["settings"]["metric"] = "token_accuracy"
+    text = leaderboard.table([b])
+    self.assertIn("| PE | Ruoss tasks (per-token accuracy) |", text)
+    self.assertIn("- Ruoss tasks (per-token accuracy): `ruoss_suite` quick run", text)
+
   def test_readme_section_is_replaced_between_markers(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     readme = tmp / "README.md"

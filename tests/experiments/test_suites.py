@@ -43,6 +43,15 @@ class SettingsTest(absltest.TestCase):
     quick = kazemnejad_suite._spec("copy", 6)  # pylint: disable=protected-access
     self.assertEqual(quick.train_max, 6)
 
+  def test_ruoss_scores_per_token_as_the_paper_and_the_others_exact_match(self):
+    for quick in (False, True):
+      options = study_report.StudyOptions(quick=quick)
+      base = ruoss_suite.base_config(options)
+      self.assertEqual(ruoss_suite.settings_for(options, base).metric, "token_accuracy")
+      self.assertEqual(
+          kazemnejad_suite.settings_for(options, kazemnejad_suite.base_config(options)).metric,
+          "exact_match")
+
   def test_content_claim_compares_the_best_of_each_group(self):
     entries = {"rope": _entry([0.1, 0.2, 0.15]), "alibi": _entry([0.3, 0.35, 0.4]),
                "cope": _entry([0.6, 0.7, 0.8]), "fox": _entry([0.0, 0.0, 0.0], fit=False)}
@@ -90,15 +99,24 @@ class TinyRunTest(parameterized.TestCase):
     options = study_report.StudyOptions(quick=True, workdir=str(tmp / "r"),
                                         runs_dir=str(tmp / "m"), overrides=TINY, command="t")
     lo = 3 if task == "binary_addition" else 1
+    metric = getattr(module, "METRIC", "exact_match")  # (The Ruoss tasks: per token.)
     settings = engine.Settings(tasks=(engine.TaskSpec(task, 2, (1, 2, 3), train_min=lo),),
-                               variants=variants, seeds=(0,), recipe=RECIPE, examples=2)
+                               variants=variants, seeds=(0,), recipe=RECIPE, examples=2,
+                               metric=metric)
     module.run(options, settings=settings, log=lambda _: None)
     payload = json.loads((tmp / "r" / "results.json").read_text())
     self.assertEqual(set(payload["results"]["leaderboard"][family]), set(variants))
+    self.assertEqual(payload["results"]["settings"]["metric"], metric)
     report = (tmp / "r" / "report.md").read_text()
     self.assertIn("Suite mean", report)
+    self.assertIn(f"Mean OOD {engine.METRICS[metric]} over the tasks", report)
+    evals = [json.loads(f.read_text()) for f in (tmp / "m").rglob(convergence.EVAL_FILE)]
+    self.assertLen(evals, len(variants))
+    for stored in evals:  # The metric is part of the cache key (exact-match records predate it).
+      self.assertEqual(stored["key"].get("metric", "exact_match"), metric)
     if module is ruoss_suite:
       self.assertLen(payload["verdicts"], 1)  # rope+randomized vs rope.
+      self.assertIn("per-token accuracy: the fraction of answer bytes", report)
     if module is kazemnejad_suite:
       self.assertIn("Mean reciprocal rank", report)
       self.assertIn("mrr_published_five", payload["results"])
