@@ -825,7 +825,8 @@ def setup_lines(base: ml_collections.ConfigDict, settings: Settings) -> List[str
        "(teacher forcing, equal to greedy decoding)" if settings.metric == "exact_match" else
        f"- test: {settings.examples} examples per size, per-token accuracy: the fraction of "
        "answer bytes whose argmax is right under teacher forcing (each byte predicted from the "
-       "correct earlier ones), averaged over the examples; 1.0 exactly for an exact match"),
+       "correct earlier ones), averaged over the examples; 1.0 exactly for an exact match, and "
+       "about 1/k for a model guessing among k symbols (0.5 on binary strings)"),
       (f"- randomized positions (Ruoss et al. 2023): sorted samples of [0, "
        f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
        f"table (learned positions) has {settings.position_range} rows"
