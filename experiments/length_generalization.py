@@ -167,12 +167,10 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   log(f"{STUDY}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
-  if options.progress:
-    return engine.run_progress(base, settings, study=STUDY, shard=options.shard,
-                               runs_dir=runs_dir, log=log)
-  if options.shard:
-    return engine.run_shard(base, settings, study=STUDY, shard=options.shard,
-                            runs_dir=runs_dir, log=log)
+  partial = engine.run_without_report(options, base, settings, study=STUDY, runs_dir=runs_dir,
+                                      log=log)
+  if partial is not None:
+    return partial
   outcomes = engine.run_models(base, settings, runs_dir=runs_dir, log=log)
   summary = engine.summaries(settings, outcomes)
   report = engine.report_for("Length generalization on copy and reverse", study=STUDY,

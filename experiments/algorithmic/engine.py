@@ -624,9 +624,9 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
     counts = by_seed.setdefault(m.seed, [0, 0])
     counts[0] += m.state == "done"
     counts[1] += 1
-  return {"models": len(models), "done": sum(m.state == "done" for m in models),
-          "states": {state: sum(m.state == state for m in models) for state in
-                     ("done", "not evaluated", "training", "second run", "not started")},
+  states = {state: sum(m.state == state for m in models) for state in
+            ("done", "not evaluated", "training", "second run", "not started")}
+  return {"models": len(models), "done": states["done"], "states": states,
           "by_seed": {str(seed): {"done": d, "models": n} for seed, (d, n) in by_seed.items()},
           "one_core_minutes": sum(minutes) + started,
           "median_minutes": median, "longest_minutes": max(minutes) if minutes else None,
@@ -687,6 +687,20 @@ def run_shard(base: ml_collections.ConfigDict, settings: Settings, *, study: str
   log(f"{study}: shard {shard[0]}/{shard[1]} done, {len(outcomes)} models in {runs_dir}; no "
       "report: the same command without --shard reuses every model and writes it")
   return {"shard": list(shard), "models": len(outcomes)}
+
+
+def run_without_report(options: study_report.StudyOptions, base: ml_collections.ConfigDict,
+                       settings: Settings, *, study: str, runs_dir: pathlib.Path,
+                       log: Callable[[str], None] = print) -> Optional[Dict[str, Any]]:
+  """``--progress`` (:func:`run_progress`) or ``--shard`` (:func:`run_shard`): their results;
+  ``None`` for a complete run, which trains every model and writes the report."""
+  if options.progress:
+    return run_progress(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
+                        log=log)
+  if options.shard:
+    return run_shard(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
+                     log=log)
+  return None
 
 
 def summaries(settings: Settings, outcomes: Mapping[tuple, Outcome]) -> Dict[str, Any]:
@@ -994,7 +1008,8 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
     log: progress lines.
 
   Returns:
-    The results written to ``results.json`` (with ``options.shard``: :func:`run_shard`'s).
+    The results written to ``results.json`` (with ``options.shard`` or ``options.progress``:
+    :func:`run_without_report`'s).
   """
   started = time.time()
   settings = select_variants(settings, options.pes)
@@ -1004,12 +1019,9 @@ def run_study(options: study_report.StudyOptions, *, study: str, title: str,
   log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
-  if options.progress:
-    return run_progress(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
-                        log=log)
-  if options.shard:
-    return run_shard(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
-                     log=log)
+  partial = run_without_report(options, base, settings, study=study, runs_dir=runs_dir, log=log)
+  if partial is not None:
+    return partial
   outcomes = run_models(base, settings, runs_dir=runs_dir, log=log)
   summary = summaries(settings, outcomes)
   report = report_for(title, study=study, options=options, settings=settings)

@@ -1,6 +1,7 @@
 """Evaluation: perplexity against length (two protocols), passkey retrieval, reports."""
 
 from pejax.eval.exact_match import answer_exact_match
+from pejax.eval.exact_match import answer_token_accuracy
 from pejax.eval.passkey import passkey_accuracy
 from pejax.eval.passkey import PasskeyResult
 from pejax.eval.passkey import passkey_text_accuracy
@@ -14,7 +15,6 @@ from pejax.eval.report import plot_loss
 from pejax.eval.report import plot_perplexity
 from pejax.eval.report import readable_log_ticks
 from pejax.eval.report import write_results
-from pejax.eval.token_accuracy import answer_token_accuracy
 
 __all__ = (
     "answer_exact_match",
