@@ -133,8 +133,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       "directory, then the complete command writes the report.", **fv)
   flags.DEFINE_bool("progress", None, "Alias of --config.study.progress (with --study): an "
                     "algorithmic study prints how far its run is (models done, one-core "
-                    "minutes, an estimate of the time left) from the records in its models "
-                    "directory, and trains nothing.", **fv)
+                    "minutes, an estimate of the time left, interim results per task) from the "
+                    "records in its models directory, and trains nothing.", **fv)
   _define_mesh_flags(fv)
 
 

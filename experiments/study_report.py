@@ -489,6 +489,28 @@ def runnable_pes(config: ml_collections.ConfigDict,
   return tuple(names)
 
 
+_MISSING = object()  # (A stored value may be None.)
+
+
+def _cache_digest(key: Mapping[str, Any]) -> str:
+  return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_value(path: os.PathLike | str, key: Mapping[str, Any], default: Any = None) -> Any:
+  """What :func:`cached` stored at ``path`` for this very ``key``, or ``default`` (no file,
+  another key, an unreadable file); computes nothing."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    return default
+  try:
+    stored = json.loads(path.read_text())
+    if stored.get("key_digest") == _cache_digest(key):
+      return stored["value"]
+  except (OSError, json.JSONDecodeError, KeyError, AttributeError):
+    pass
+  return default
+
+
 def cached(path: os.PathLike | str, key: Mapping[str, Any],
            compute: Callable[[], Any]) -> Any:
   """JSON cache: returns the stored value when ``path`` holds the same ``key``, else computes.
@@ -496,14 +518,10 @@ def cached(path: os.PathLike | str, key: Mapping[str, Any],
   Lets a re-run study skip evaluations it already did (e.g. after a crash or a report tweak).
   """
   path = pathlib.Path(path)
-  digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-  if path.exists():
-    try:
-      stored = json.loads(path.read_text())
-      if stored.get("key_digest") == digest:
-        return stored["value"]
-    except (json.JSONDecodeError, KeyError):
-      pass
+  digest = _cache_digest(key)
+  stored = cached_value(path, key, default=_MISSING)
+  if stored is not _MISSING:
+    return stored
   value = compute()
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_suffix(path.suffix + ".tmp")

@@ -287,13 +287,8 @@ def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, s
              settings: Settings, *, randomized: bool) -> Dict[str, Dict[str, float]]:
   """Accuracy by size under each position protocol (cached in the model's directory)."""
   train_len = convergence.row_len_for(spec.name, spec.train_max)
-  protocols = {"arange": None}
-  if randomized:
-    protocols = {"sampled": settings.position_range, "arange": None}
-  key = {"sizes": list(spec.test_sizes), "examples": settings.examples,
-         "protocols": protocols, "steps": result.steps, "version": 1}
-  if settings.metric != "exact_match":  # (Exact-match records written before stay valid.)
-    key["metric"] = settings.metric
+  key = eval_key(result, spec, settings, randomized=randomized)
+  protocols = key["protocols"]
 
   def compute():
     model = convergence.load_model(result, config)
@@ -303,6 +298,33 @@ def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, s
         for name, m in protocols.items()}
 
   return study_report.cached(pathlib.Path(result.run_dir) / convergence.EVAL_FILE, key, compute)
+
+
+def eval_key(result: convergence.FitResult, spec: TaskSpec, settings: Settings, *,
+             randomized: bool) -> Dict[str, Any]:
+  """What the test accuracies of one trained model depend on (the key of its ``eval.json``)."""
+  protocols = {"arange": None}
+  if randomized:
+    protocols = {"sampled": settings.position_range, "arange": None}
+  key = {"sizes": list(spec.test_sizes), "examples": settings.examples,
+         "protocols": protocols, "steps": result.steps, "version": 1}
+  if settings.metric != "exact_match":  # (Exact-match records written before stay valid.)
+    key["metric"] = settings.metric
+  return key
+
+
+def recorded_evals(result: convergence.FitResult, spec: TaskSpec, settings: Settings, *,
+                   randomized: bool) -> Optional[Dict[str, Dict[str, float]]]:
+  """The accuracies :func:`evaluate` stored for this model under these settings, else ``None``
+  (evaluates nothing)."""
+  return study_report.cached_value(pathlib.Path(result.run_dir) / convergence.EVAL_FILE,
+                                   eval_key(result, spec, settings, randomized=randomized))
+
+
+def reported_protocol(evals: Mapping[str, Any]) -> str:
+  """The position protocol a study reports: ``"sampled"`` where it was tested (a randomized
+  variant), else ``"arange"`` (``0..k-1``)."""
+  return "sampled" if "sampled" in evals else "arange"
 
 
 def aggregate(acc: Mapping[Any, float], spec: TaskSpec) -> Dict[str, Optional[float]]:
@@ -530,7 +552,7 @@ def run_models(base: ml_collections.ConfigDict, settings: Settings, *,
       first, fit = fit, train(settings.rescue_recipe,
                               label=f"{label}-cap{settings.rescue_steps}")
     evals = evaluate(fit, config, spec, settings, randomized=randomized)
-    protocol = "sampled" if "sampled" in evals else "arange"
+    protocol = reported_protocol(evals)
     agg = aggregate(evals[protocol], spec)
     outcome = Outcome(spec.name, variant, seed, fit, evals, protocol, agg, first=first)
     out[(spec.name, variant, seed)] = outcome
@@ -556,12 +578,17 @@ class ModelProgress:
   Attributes:
     label: ``<task>-<variant>-s<seed>``.
     seed: its seed.
-    state: ``"done"`` (trained and evaluated), ``"not evaluated"`` (trained, no
-      ``eval.json``), ``"training"`` (an unfinished run is on disk), ``"second run"`` (did not
-      fit within the cap; the second run is unfinished or not started) or ``"not started"``.
+    state: ``"done"`` (trained, and its test accuracies recorded for these settings), ``"not
+      evaluated"`` (trained, no such ``eval.json``), ``"training"`` (an unfinished run is on
+      disk), ``"second run"`` (did not fit within the cap; the second run is unfinished or not
+      started) or ``"not started"``.
     seconds: training seconds spent on it so far (both runs).
     step: the last checked step of its unfinished run, else ``None``.
     cap: that run's step cap.
+    task: its task; ``variant`` its PE variant.
+    variant: see ``task``.
+    fit: whether the finished run fit in-distribution (``None`` while unfinished).
+    ood: its mean test accuracy beyond the training sizes (``"done"`` only, else ``None``).
   """
 
   label: str
@@ -570,6 +597,10 @@ class ModelProgress:
   seconds: float = 0.0
   step: Optional[int] = None
   cap: int = 0
+  task: str = ""
+  variant: str = ""
+  fit: Optional[bool] = None
+  ood: Optional[float] = None
 
 
 def model_progress(base: ml_collections.ConfigDict, settings: Settings, *,
@@ -578,7 +609,9 @@ def model_progress(base: ml_collections.ConfigDict, settings: Settings, *,
   from what ``runs_dir`` holds: a record counts only when its key is this very model's."""
   out = []
   for seed, spec, variant, config, label in model_order(base, settings, shard=shard):
-    arguments = _fit_arguments(settings, spec, parse_variant(variant)[1])
+    randomized = parse_variant(variant)[1]
+    arguments = _fit_arguments(settings, spec, randomized)
+    about = {"task": spec.name, "variant": variant}
 
     def look(recipe, label):
       return convergence.recorded(runs_dir, convergence.fit_key(config, recipe, **arguments),
@@ -592,33 +625,56 @@ def model_progress(base: ml_collections.ConfigDict, settings: Settings, *,
       seen = look(recipe, f"{label}-cap{settings.rescue_steps}")
       if seen.result is None:
         out.append(ModelProgress(label, seed, "second run", earlier + seen.seconds, seen.step,
-                                 recipe.max_steps))
+                                 recipe.max_steps, **about))
         continue
+    fit = ood = None
     if seen.result is not None:
-      state = "done" if seen.evaluated else "not evaluated"
+      fit = seen.result.fit
+      evals = recorded_evals(seen.result, spec, settings, randomized=randomized)
+      state = "not evaluated" if evals is None else "done"
+      if evals is not None:
+        ood = aggregate(evals[reported_protocol(evals)], spec)["ood"]
     else:
       state = "training" if seen.step is not None else "not started"
     out.append(ModelProgress(label, seed, state, earlier + seen.seconds, seen.step,
-                             recipe.max_steps))
+                             recipe.max_steps, fit=fit, ood=ood, **about))
   return out
 
 
-def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str, Any]:
-  """Counts, one-core minutes and an estimate of what is left, from :func:`model_progress`.
+TASK_MEDIAN_MIN = 3  # Finished models of a task before its own median drives the estimate.
 
-  The estimate is the median one-core time of the finished models times the models left,
-  less the time already spent on the unfinished ones, spread over ``cores`` processes (one
-  shard each). It is rough: the finished models are the first of the run order, and a model
+
+def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str, Any]:
+  """Counts, one-core minutes, an estimate of what is left and interim results per task, from
+  :func:`model_progress`.
+
+  The estimate gives each unfinished model the median one-core time of the finished models of
+  its task (of all tasks while its task has fewer than :data:`TASK_MEDIAN_MIN`), less the time
+  already spent on it, spread over ``cores`` processes (one shard each). It is rough: a model
   that needs a second run takes about three times one that fits early.
+
+  ``tasks`` holds, per task, the finished models so far: how many fit, and the OOD accuracy of
+  the plain and the randomized variants that fit (min / median / max over models and seeds).
+  Interim numbers of the models finished first, not the study's verdicts.
   """
   if cores < 1:
     raise ValueError(f"cores must be >= 1, got {cores}")
   finished = [m for m in models if m.state in ("done", "not evaluated")]
   minutes = [m.seconds / 60.0 for m in finished]
   started = sum(m.seconds for m in models if m.state in ("training", "second run")) / 60.0
-  left = len(models) - len(finished)
   median = float(np.median(minutes)) if minutes else None
-  estimate = None if median is None else max(0.0, left * median - started)
+  by_task: Dict[str, List[float]] = {}
+  for m in finished:
+    by_task.setdefault(m.task, []).append(m.seconds / 60.0)
+  estimate = None
+  if median is not None:
+    estimate = 0.0
+    for m in models:
+      if m.state in ("done", "not evaluated"):
+        continue
+      own = by_task.get(m.task, [])
+      expected = float(np.median(own)) if len(own) >= TASK_MEDIAN_MIN else median
+      estimate += max(0.0, expected - m.seconds / 60.0)
   by_seed: Dict[int, List[int]] = {}
   for m in models:
     counts = by_seed.setdefault(m.seed, [0, 0])
@@ -632,10 +688,32 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
           "median_minutes": median, "longest_minutes": max(minutes) if minutes else None,
           "left_one_core_minutes": estimate, "cores": cores,
           "left_hours": None if estimate is None else estimate / 60.0 / cores,
-          "running": [dataclasses.asdict(m) for m in models if m.step is not None]}
+          "running": [dataclasses.asdict(m) for m in models if m.step is not None],
+          "tasks": _interim_by_task(models)}
 
 
-def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Path) -> List[str]:
+def _interim_by_task(models: Sequence[ModelProgress]) -> Dict[str, Dict[str, Any]]:
+  out: Dict[str, Dict[str, Any]] = {}
+  for m in models:
+    entry = out.setdefault(m.task, {"models": 0, "done": 0, "fit": 0, "best": None,
+                                    "plain": [], "randomized": []})
+    entry["models"] += 1
+    if m.state != "done":
+      continue
+    entry["done"] += 1
+    entry["fit"] += bool(m.fit)
+    if m.fit and m.ood is not None:
+      entry["randomized" if parse_variant(m.variant)[1] else "plain"].append(m.ood)
+      if entry["best"] is None or m.ood > entry["best"][1]:
+        entry["best"] = (m.label, m.ood)
+  for entry in out.values():
+    for kind in ("plain", "randomized"):
+      entry[kind] = seed_spread(entry[kind])
+  return out
+
+
+def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Path, *,
+                   metric_label: str = "exact match") -> List[str]:
   """The printout of ``--progress`` (:func:`progress_summary`)."""
   s = summary
   seeds = ", ".join(f"seed {k}: {v['done']} of {v['models']}" for k, v in s["by_seed"].items())
@@ -650,11 +728,22 @@ def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Pat
   if s["left_one_core_minutes"] is None:
     lines.append("  left: no estimate until a model has finished")
   elif s["done"] < s["models"]:
-    lines.append(f"  left: about {s['left_one_core_minutes']:.0f} one-core min at that median, "
-                 f"{s['left_hours']:.1f} h as {s['cores']} shard(s) on {s['cores']} core(s)")
+    lines.append(f"  left: about {s['left_one_core_minutes']:.0f} one-core min at the median "
+                 f"per task, {s['left_hours']:.1f} h as {s['cores']} shard(s) on "
+                 f"{s['cores']} core(s)")
   for m in s["running"]:
     lines.append(f"  unfinished: {m['label']} ({m['state']}) at step {m['step']} of {m['cap']}, "
                  f"{m['seconds'] / 60:.1f} min so far")
+  tasks = {t: e for t, e in s.get("tasks", {}).items() if e["done"]}
+  if tasks:
+    lines.append(f"  interim, finished models only (not the study's verdicts): OOD {metric_label} "
+                 "of the models that fit, median [min-max] over PEs and seeds (count)")
+  for task, e in tasks.items():
+    parts = [f"{kind} {cell(e[kind])} ({e[kind]['n']})" for kind in ("plain", "randomized")
+             if e[kind]["n"]]
+    best = (f"; best {e['best'][0]} {study_report.fmt(e['best'][1], 3)}" if e["best"] else "")
+    lines.append(f"    {task}: {e['done']} of {e['models']} done, {e['fit']} fit"
+                 + (f"; {', '.join(parts)}" if parts else "") + best)
   return lines
 
 
@@ -670,7 +759,7 @@ def run_progress(base: ml_collections.ConfigDict, settings: Settings, *, study: 
   """``--progress``: prints how far the run is (:func:`progress_lines`); trains nothing."""
   summary = progress_summary(model_progress(base, settings, runs_dir=runs_dir, shard=shard),
                              cores=_usable_cores())
-  for line in progress_lines(study, summary, runs_dir):
+  for line in progress_lines(study, summary, runs_dir, metric_label=settings.metric_label):
     log(line)
   return summary
 

@@ -14,6 +14,7 @@ import pytest
 from experiments.algorithmic import convergence
 from experiments.algorithmic import engine
 from experiments import kazemnejad_suite
+from experiments import study_report
 from pejax import experiment_config
 
 
@@ -452,7 +453,8 @@ class ProgressTest(absltest.TestCase):
                                randomized=(self.settings.position_range
                                            if engine.parse_variant(variant)[1] else None))
 
-  def _finished(self, label, recipe, *, fit, seconds, evaluated=True, key=None, suffix=""):
+  def _finished(self, label, recipe, *, fit, seconds, evaluated=True, key=None, suffix="",
+                ood=0.25, eval_settings=None):
     key = key or self._key(label, recipe)
     run_dir = convergence.run_dir_for(self.runs, key, label=label + suffix)
     run_dir.mkdir(parents=True)
@@ -462,8 +464,12 @@ class ProgressTest(absltest.TestCase):
                                    train_seconds=seconds)
     (run_dir / convergence.RESULT_FILE).write_text(json.dumps(
         {"key": key, "result": result.to_json()}, default=str))
-    if evaluated:
-      (run_dir / convergence.EVAL_FILE).write_text("{}")
+    if evaluated:  # Test accuracies as engine.evaluate stores them: size 1 in, size 3 OOD.
+      _, spec, variant = self.models[label]
+      eval_key = engine.eval_key(result, spec, eval_settings or self.settings,
+                                 randomized=engine.parse_variant(variant)[1])
+      study_report.cached(run_dir / convergence.EVAL_FILE, eval_key,
+                          lambda: {"arange": {"1": 1.0, "3": ood}})
     return run_dir
 
   def _unfinished(self, label, recipe, *, step, seconds, suffix=""):
@@ -501,9 +507,10 @@ class ProgressTest(absltest.TestCase):
     self.assertEqual(s["by_seed"], {"0": {"done": 1, "models": 2}, "1": {"done": 0, "models": 2}})
     self.assertAlmostEqual(s["one_core_minutes"], (60 + 150 + 20) / 60)
     self.assertEqual(s["median_minutes"], 1.0)
-    # 3 models left at the 1-minute median, less the 170 s already spent on two of them.
-    self.assertAlmostEqual(s["left_one_core_minutes"], 3 - 170 / 60)
-    self.assertAlmostEqual(s["left_hours"], (3 - 170 / 60) / 60 / 2)
+    # 3 models left at the 1-minute median, each less what was spent on it, never below 0:
+    # copy-alibi-s0 is past the median (150 s), copy-rope-s1 has 20 s, copy-alibi-s1 none.
+    self.assertAlmostEqual(s["left_one_core_minutes"], 0 + (1 - 20 / 60) + 1)
+    self.assertAlmostEqual(s["left_hours"], (2 - 20 / 60) / 60 / 2)
     lines = engine.progress_lines("t", s, self.runs)
     self.assertIn("t: 1 of 4 models done (trained and evaluated)", lines[0])
     self.assertIn("1 training, 1 second run, 1 not started", lines[0])
@@ -521,11 +528,60 @@ class ProgressTest(absltest.TestCase):
     self._finished("copy-rope-s0", rescue, fit=False, seconds=200.0, suffix="-cap200")
     self._finished("copy-alibi-s0", recipe, fit=True, seconds=30.0, evaluated=False)
     models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
-    self.assertEqual([(m.state, m.seconds) for m in models[:2]],
-                     [("done", 300.0), ("not evaluated", 30.0)])
+    self.assertEqual([(m.state, m.seconds, m.fit) for m in models[:2]],
+                     [("done", 300.0, False), ("not evaluated", 30.0, True)])
     s = engine.progress_summary(models, cores=1)
     self.assertEqual(s["states"]["not evaluated"], 1)
     self.assertEqual((s["median_minutes"], s["longest_minutes"]), (2.75, 5.0))
+
+  def test_test_accuracies_of_other_settings_do_not_make_a_model_done(self):
+    recipe = self.settings.recipe
+    other = dataclasses.replace(self.settings, examples=self.settings.examples + 1)
+    self._finished("copy-rope-s0", recipe, fit=True, seconds=60.0, eval_settings=other)
+    self.assertEqual(engine.model_progress(self.base, self.settings, runs_dir=self.runs)[0].state,
+                     "not evaluated")
+
+  def test_interim_results_and_the_estimate_per_task(self):
+    settings = dataclasses.replace(
+        self.settings, tasks=self.settings.tasks + (engine.TaskSpec("reverse", 2, (1, 3)),),
+        variants=("rope", "rope" + engine.RANDOMIZED), seeds=(0,), rescue_steps=0)
+    self.settings = settings
+    self.models = {label: (config, spec, variant) for _, spec, variant, config, label
+                   in engine.model_order(self.base, settings)}
+    recipe = settings.recipe
+    self.assertEqual(list(self.models), ["copy-rope-s0", "copy-rope_randomized-s0",
+                                         "reverse-rope-s0", "reverse-rope_randomized-s0"])
+    self._finished("copy-rope-s0", recipe, fit=True, seconds=60.0, ood=0.2)
+    self._finished("copy-rope_randomized-s0", recipe, fit=True, seconds=180.0, ood=0.6)
+    self._finished("reverse-rope-s0", recipe, fit=False, seconds=600.0, ood=0.9)
+    models = engine.model_progress(self.base, settings, runs_dir=self.runs)
+    self.assertEqual([(m.task, m.fit, m.ood) for m in models],
+                     [("copy", True, 0.2), ("copy", True, 0.6), ("reverse", False, 0.9),
+                      ("reverse", None, None)])
+    s = engine.progress_summary(models, cores=1)
+    copy, reverse = s["tasks"]["copy"], s["tasks"]["reverse"]
+    self.assertEqual((copy["done"], copy["fit"], copy["plain"]["median"],
+                      copy["randomized"]["median"], copy["best"]),
+                     (2, 2, 0.2, 0.6, ("copy-rope_randomized-s0", 0.6)))
+    # A model that did not fit enters neither the spread nor the best.
+    self.assertEqual((reverse["done"], reverse["fit"], reverse["plain"]["n"], reverse["best"]),
+                     (1, 0, 0, None))
+    # Fewer than TASK_MEDIAN_MIN finished models of reverse: the median of all (3 min) applies.
+    self.assertEqual(engine.TASK_MEDIAN_MIN, 3)
+    self.assertAlmostEqual(s["left_one_core_minutes"], 3.0)
+    lines = engine.progress_lines("t", s, self.runs, metric_label="per-token accuracy")
+    self.assertIn("  interim, finished models only (not the study's verdicts): OOD per-token "
+                  "accuracy of the models that fit, median [min-max] over PEs and seeds (count)",
+                  lines)
+    self.assertIn("    copy: 2 of 2 done, 2 fit; plain 0.20 (1), randomized 0.60 (1); best "
+                  "copy-rope_randomized-s0 0.600", lines)
+    self.assertIn("    reverse: 1 of 2 done, 0 fit", lines)
+    # With three finished models of its task, a model's own task median applies.
+    models = [dataclasses.replace(m, task="copy", state="done", seconds=s_)
+              for m, s_ in zip(models[:3], (60.0, 120.0, 600.0))] + [
+                  dataclasses.replace(models[3], task="copy", seconds=30.0)]
+    self.assertAlmostEqual(engine.progress_summary(models, cores=1)["left_one_core_minutes"],
+                           2.0 - 0.5)
 
   def test_nothing_finished_gives_no_estimate_and_bad_cores_are_refused(self):
     s = engine.progress_summary(engine.model_progress(self.base, self.settings,

@@ -126,6 +126,25 @@ class CacheTest(absltest.TestCase):
     self.assertEqual(study_report.cached(path, {"k": 2}, compute), {"x": 2})
     self.assertLen(calls, 2)
 
+  def test_cached_value_reads_this_key_only_and_computes_nothing(self):
+    path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
+    self.assertIsNone(study_report.cached_value(path, {"k": 1}))  # No file.
+    study_report.cached(path, {"k": 1}, lambda: {"x": 1})
+    self.assertEqual(study_report.cached_value(path, {"k": 1}), {"x": 1})
+    self.assertEqual(study_report.cached_value(path, {"k": 2}, default="none"), "none")
+    path.write_text("not json")
+    self.assertIsNone(study_report.cached_value(path, {"k": 1}))
+    path.write_text("[1]")  # JSON, not a record.
+    self.assertIsNone(study_report.cached_value(path, {"k": 1}))
+
+  def test_a_stored_none_is_a_value_not_a_miss(self):
+    path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
+    calls = []
+    compute = lambda: calls.append(1)  # Returns None.
+    self.assertIsNone(study_report.cached(path, {"k": 1}, compute))
+    self.assertIsNone(study_report.cached(path, {"k": 1}, compute))
+    self.assertLen(calls, 1)
+
 
 class LaunchStudyFlagTest(absltest.TestCase):
   """``launch.py --study=<name>``: bad combinations are usage errors (in-process)."""
