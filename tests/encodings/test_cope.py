@@ -123,6 +123,45 @@ class CopePropertyTest(chex.TestCase):
     for g in grads:
       self.assertGreater(float(jnp.abs(g).max()), 0.0)
 
+  def test_hand_written_gradient_equals_autodiff_of_the_formula(self):
+    """The custom VJP against autodiff of the gather formula (take_along_axis), with logits
+    that put positions on integers (gates 0 or 1), on the clamp P - 1 and in between."""
+
+    def reference(logits, q, pos_emb):
+      positions = cope_positions(logits, max_pos=pos_emb.shape[0])
+      z = jnp.einsum("bqhd,pd->bhqp", q, pos_emb, precision=jax.lax.Precision.HIGHEST)
+      z = jnp.broadcast_to(z, logits.shape[:3] + (pos_emb.shape[0],))
+      floor = jnp.floor(positions)
+      w = positions - floor
+      lo = jnp.take_along_axis(z, floor.astype(jnp.int32), axis=-1)
+      hi = jnp.take_along_axis(z, jnp.ceil(positions).astype(jnp.int32), axis=-1)
+      return hi * w + lo * (1.0 - w)
+
+    rng = np.random.default_rng(3)
+    b, h, l, d, p = 2, 3, 9, 4, 4
+    logits = rng.normal(size=(b, h, l, l)).astype(np.float32) * 2
+    # Gates of exactly 1 and 0 (sigmoid saturates): integer positions, and (row 8, many 1s) the
+    # clamp at P - 1 = 3.
+    logits[:, :, 2] = 40.0
+    logits[:, :, 5, ::2] = -40.0
+    logits[:, :, 8] = 40.0
+    logits = np.where(np.tril(np.ones((l, l), bool)), logits, _MASKED).astype(np.float32)
+    q = rng.normal(size=(b, l, h, d)).astype(np.float32)
+    pos_emb = rng.normal(size=(p, d)).astype(np.float32)
+    positions = np.asarray(cope_positions(logits, max_pos=p))
+    self.assertTrue(np.any(positions == p - 1) and np.any(positions == 1.0)
+                    and np.any(positions % 1 != 0))
+    weights = rng.normal(size=logits.shape).astype(np.float32)
+    for q_in in (q, q[:1]):  # Also a query batch of 1 broadcast over the logits' batch.
+      np.testing.assert_allclose(cope_bias(logits, q_in, pos_emb),
+                                 reference(logits, q_in, pos_emb), rtol=1e-6, atol=1e-6)
+      got = jax.jit(jax.grad(lambda *a: jnp.sum(weights * cope_bias(*a)), argnums=(0, 1, 2)))(
+          logits, q_in, pos_emb)
+      want = jax.grad(lambda *a: jnp.sum(weights * reference(*a)), argnums=(0, 1, 2))(
+          logits, q_in, pos_emb)
+      for name, g, w in zip(("logits", "q", "pos_emb"), got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
+
   def test_query_batch_broadcasts(self):
     got = cope_bias(self.logits, self.q[:1], self.pos_emb)
     tiled = cope_bias(self.logits, np.broadcast_to(self.q[:1], self.q.shape), self.pos_emb)
