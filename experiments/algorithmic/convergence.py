@@ -397,13 +397,14 @@ class Recorded:
     step: the last checked step of an unfinished run that can resume (``progress.json`` and
       ``progress.npz``), else ``None``.
     seconds: training seconds so far (the finished run's, or the unfinished one's).
-    evaluated: an ``eval.json`` is beside the finished run (its test accuracies).
+
+  Whether the finished run's test accuracies are recorded too depends on the study's test
+  settings (``engine.recorded_evals``).
   """
 
   result: Optional[FitResult] = None
   step: Optional[int] = None
   seconds: float = 0.0
-  evaluated: bool = False
 
 
 def recorded(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str) -> Recorded:
@@ -421,8 +422,7 @@ def recorded(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str)
   run_dir = run_dir_for(runs_dir, key, label=label)
   result = _read_result(run_dir, key)
   if result is not None:
-    return Recorded(result=result, seconds=result.train_seconds,
-                    evaluated=(run_dir / EVAL_FILE).exists())
+    return Recorded(result=result, seconds=result.train_seconds)
   if not (run_dir / PROGRESS_FILE).exists():  # No state to resume from: it starts afresh.
     return Recorded()
   try:
