@@ -653,8 +653,9 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
   already spent on it, spread over ``cores`` processes (one shard each). It is rough: a model
   that needs a second run takes about three times one that fits early.
 
-  ``tasks`` holds, per task, the finished models so far: how many fit, and the OOD accuracy of
-  the plain and the randomized variants that fit (min / median / max over models and seeds).
+  ``tasks`` holds, per task, the finished models so far: how many fit, their median one-core
+  minutes (both runs), and the OOD accuracy of the plain and the randomized variants that fit
+  (min / median / max over models and seeds).
   Interim numbers of the models finished first, not the study's verdicts.
   """
   if cores < 1:
@@ -696,8 +697,10 @@ def _interim_by_task(models: Sequence[ModelProgress]) -> Dict[str, Dict[str, Any
   out: Dict[str, Dict[str, Any]] = {}
   for m in models:
     entry = out.setdefault(m.task, {"models": 0, "done": 0, "fit": 0, "best": None,
-                                    "plain": [], "randomized": []})
+                                    "plain": [], "randomized": [], "minutes": []})
     entry["models"] += 1
+    if m.state in ("done", "not evaluated"):
+      entry["minutes"].append(m.seconds / 60.0)
     if m.state != "done":
       continue
     entry["done"] += 1
@@ -709,6 +712,8 @@ def _interim_by_task(models: Sequence[ModelProgress]) -> Dict[str, Dict[str, Any
   for entry in out.values():
     for kind in ("plain", "randomized"):
       entry[kind] = seed_spread(entry[kind])
+    minutes = entry.pop("minutes")
+    entry["median_minutes"] = float(np.median(minutes)) if minutes else None
   return out
 
 
@@ -742,7 +747,9 @@ def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Pat
     parts = [f"{kind} {cell(e[kind])} ({e[kind]['n']})" for kind in ("plain", "randomized")
              if e[kind]["n"]]
     best = (f"; best {e['best'][0]} {study_report.fmt(e['best'][1], 3)}" if e["best"] else "")
-    lines.append(f"    {task}: {e['done']} of {e['models']} done, {e['fit']} fit"
+    cost = (f", {e['median_minutes']:.1f} one-core min a model (median)"
+            if e.get("median_minutes") is not None else "")
+    lines.append(f"    {task}: {e['done']} of {e['models']} done, {e['fit']} fit{cost}"
                  + (f"; {', '.join(parts)}" if parts else "") + best)
   return lines
 

@@ -573,9 +573,11 @@ class ProgressTest(absltest.TestCase):
     self.assertIn("  interim, finished models only (not the study's verdicts): OOD per-token "
                   "accuracy of the models that fit, median [min-max] over PEs and seeds (count)",
                   lines)
-    self.assertIn("    copy: 2 of 2 done, 2 fit; plain 0.20 (1), randomized 0.60 (1); best "
-                  "copy-rope_randomized-s0 0.600", lines)
-    self.assertIn("    reverse: 1 of 2 done, 0 fit", lines)
+    # Per task, the median one-core minutes of its finished models (what the estimate uses).
+    self.assertEqual((copy["median_minutes"], reverse["median_minutes"]), (2.0, 10.0))
+    self.assertIn("    copy: 2 of 2 done, 2 fit, 2.0 one-core min a model (median); plain 0.20 "
+                  "(1), randomized 0.60 (1); best copy-rope_randomized-s0 0.600", lines)
+    self.assertIn("    reverse: 1 of 2 done, 0 fit, 10.0 one-core min a model (median)", lines)
     # With three finished models of its task, a model's own task median applies.
     models = [dataclasses.replace(m, task="copy", state="done", seconds=s_)
               for m, s_ in zip(models[:3], (60.0, 120.0, 600.0))] + [
