@@ -690,17 +690,18 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
           "left_one_core_minutes": estimate, "cores": cores,
           "left_hours": None if estimate is None else estimate / 60.0 / cores,
           "running": [dataclasses.asdict(m) for m in models if m.step is not None],
-          "tasks": _interim_by_task(models)}
+          "tasks": _interim_by_task(models, by_task)}
 
 
-def _interim_by_task(models: Sequence[ModelProgress]) -> Dict[str, Dict[str, Any]]:
+def _interim_by_task(models: Sequence[ModelProgress], minutes: Mapping[str, List[float]]
+                     ) -> Dict[str, Dict[str, Any]]:
+  """Per task: counts, OOD spreads of the models that fit, and the median of ``minutes`` (task
+  -> one-core minutes of its finished models, as :func:`progress_summary` collects them)."""
   out: Dict[str, Dict[str, Any]] = {}
   for m in models:
     entry = out.setdefault(m.task, {"models": 0, "done": 0, "fit": 0, "best": None,
-                                    "plain": [], "randomized": [], "minutes": []})
+                                    "plain": [], "randomized": []})
     entry["models"] += 1
-    if m.state in ("done", "not evaluated"):
-      entry["minutes"].append(m.seconds / 60.0)
     if m.state != "done":
       continue
     entry["done"] += 1
@@ -709,11 +710,11 @@ def _interim_by_task(models: Sequence[ModelProgress]) -> Dict[str, Dict[str, Any
       entry["randomized" if parse_variant(m.variant)[1] else "plain"].append(m.ood)
       if entry["best"] is None or m.ood > entry["best"][1]:
         entry["best"] = (m.label, m.ood)
-  for entry in out.values():
+  for task, entry in out.items():
     for kind in ("plain", "randomized"):
       entry[kind] = seed_spread(entry[kind])
-    minutes = entry.pop("minutes")
-    entry["median_minutes"] = float(np.median(minutes)) if minutes else None
+    own = minutes.get(task, [])
+    entry["median_minutes"] = float(np.median(own)) if own else None
   return out
 
 
@@ -748,7 +749,7 @@ def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Pat
              if e[kind]["n"]]
     best = (f"; best {e['best'][0]} {study_report.fmt(e['best'][1], 3)}" if e["best"] else "")
     cost = (f", {e['median_minutes']:.1f} one-core min a model (median)"
-            if e.get("median_minutes") is not None else "")
+            if e["median_minutes"] is not None else "")
     lines.append(f"    {task}: {e['done']} of {e['models']} done, {e['fit']} fit{cost}"
                  + (f"; {', '.join(parts)}" if parts else "") + best)
   return lines

@@ -573,7 +573,8 @@ class ProgressTest(absltest.TestCase):
     self.assertIn("  interim, finished models only (not the study's verdicts): OOD per-token "
                   "accuracy of the models that fit, median [min-max] over PEs and seeds (count)",
                   lines)
-    # Per task, the median one-core minutes of its finished models (what the estimate uses).
+    # Per task, the median one-core minutes of its finished models (the estimate's figure once
+    # a task has TASK_MEDIAN_MIN of them).
     self.assertEqual((copy["median_minutes"], reverse["median_minutes"]), (2.0, 10.0))
     self.assertIn("    copy: 2 of 2 done, 2 fit, 2.0 one-core min a model (median); plain 0.20 "
                   "(1), randomized 0.60 (1); best copy-rope_randomized-s0 0.600", lines)
