@@ -14,7 +14,7 @@ Two parts, each case timed after its compiling call (median of ``--repeats`` cal
 
    * ``pejax-dense`` / ``pejax-blockwise``: :func:`pejax.nn.attention.attention`, the PE's
      ``bias`` hook (dense: one ``[1, H, L, L]`` array; blockwise: per tile);
-   * ``pallas``: :func:`pejax.nn.pallas_attention.pallas_attention`, the bias computed inside the
+   * ``pallas``: :func:`pejax.nn.attention.pallas.pallas_attention`, the bias computed inside the
      kernel (``none``, ``alibi``, ``t5``);
    * ``xla``: ``jax.nn.dot_product_attention(implementation="xla")``, the bias evaluated as an
      ``[1, H, L, L]`` array;
@@ -106,8 +106,7 @@ def _attention_fn(impl: str, pe_name: str, *, heads: int, dim: int, interpret: b
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from pejax.nn.attention import attention  # pylint: disable=g-import-not-at-top
-  from pejax.nn.pallas_attention import pallas_attention  # pylint: disable=g-import-not-at-top
-  from pejax.nn.tile_bias import kernel_bias_from_pe  # pylint: disable=g-import-not-at-top
+  from pejax.nn.attention.pallas import pallas_attention  # pylint: disable=g-import-not-at-top
 
   pe = _pe(pe_name, heads, dim)
   graphdef, _ = nnx.split(pe)
@@ -121,7 +120,7 @@ def _attention_fn(impl: str, pe_name: str, *, heads: int, dim: int, interpret: b
                        implementation=impl.split("-")[1], block_size=block)
     if impl == "pallas":
       return pallas_attention(q, k, v, q_positions=positions, k_positions=positions,
-                              bias=kernel_bias_from_pe(module), interpret=interpret,
+                              bias=module.kernel_bias(), interpret=interpret,
                               block_q=min(block, 128), block_k=min(block, 128))
     bias = module.bias(positions, positions).astype(q.dtype) if module.has_bias else None
     if impl == "cudnn" and bias is not None:
@@ -229,20 +228,20 @@ def routed_attention(impl: str, interpret: bool):
   """
   import jax  # pylint: disable=g-import-not-at-top
   from pejax.nn import self_attention  # pylint: disable=g-import-not-at-top
-  from pejax.nn.pallas_attention import pallas_attention  # pylint: disable=g-import-not-at-top
-  from pejax.nn.tile_bias import kernel_bias_from_pe  # pylint: disable=g-import-not-at-top
+  from pejax.nn.attention.pallas import pallas_attention  # pylint: disable=g-import-not-at-top
 
   original = self_attention.attention
+  original_served = self_attention.kernel_bias_served
   if impl in ("pejax-dense", "pejax-blockwise"):
     yield impl.split("-")[1]
     return
   if impl not in ("pallas", "xla", "cudnn"):
     raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
 
-  def routed(q, k, v, *, q_positions, k_positions, bias=None, implementation=None,
-             causal=True, q_offset=0, kv_length=None, q_segment_ids=None, k_segment_ids=None,
-             block_size=None, window=None, q_features=None, k_features=None, logits_fn=None,
-             bias_grad=True):
+  def routed(q, k, v, *, q_positions, k_positions, bias=None, kernel_bias=None,
+             implementation=None, causal=True, q_offset=0, kv_length=None, q_segment_ids=None,
+             k_segment_ids=None, block_size=None, window=None, q_features=None, k_features=None,
+             logits_fn=None, bias_grad=True):
     del implementation, block_size, bias_grad
     unserved = dict(q_offset=q_offset != 0, kv_length=kv_length is not None,
                     segment_ids=impl != "pallas" and q_segment_ids is not None,
@@ -252,9 +251,11 @@ def routed_attention(impl: str, interpret: bool):
       raise ValueError(f"the {impl} route serves plain causal batches only, got "
                        f"{sorted(key for key, value in unserved.items() if value)}")
     if impl == "pallas":
-      kernel_bias = None if bias is None else kernel_bias_from_pe(bias.__self__)
+      if bias is not None and kernel_bias is None:
+        raise ValueError("the pallas route needs a PE with a kernel_bias() hook")
       return pallas_attention(q, k, v, q_positions=q_positions, k_positions=k_positions,
-                              bias=kernel_bias, causal=causal, window=window,
+                              bias=None if bias is None else kernel_bias, causal=causal,
+                              window=window,
                               q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids,
                               interpret=interpret)
     dense_bias = None if bias is None else bias(q_positions, k_positions).astype(q.dtype)
@@ -269,10 +270,13 @@ def routed_attention(impl: str, interpret: bool):
                                         else (window - 1, 0))
 
   self_attention.attention = routed
+  if impl == "pallas":  # The decoder then hands its PE's kernel bias over (also on CPU).
+    self_attention.kernel_bias_served = lambda: True
   try:
     yield "blockwise"  # The decoder's implementation name while routed.
   finally:
     self_attention.attention = original
+    self_attention.kernel_bias_served = original_served
 
 
 def training_cases(args, backend: str, dtype_name: str, peak: Optional[float]) -> list[dict]:

@@ -5,7 +5,7 @@ cut into longer and longer sequences), forward and forward + backward, the dense
 blockwise schedule (tile 512 and 256), at 256 ... 4096 tokens, alternating rounds in one process.
 The crossover is the longest length at which dense is still the faster schedule (CPU time,
 forward + backward: training is what ``auto`` serves); it is compared with the threshold that
-:func:`pejax.nn.attention.choose_implementation` uses on this platform (``_DENSE_UP_TO``).
+:func:`pejax.nn.attention.choose_implementation` uses on this platform (``pejax.nn.attention.schedule.DENSE_UP_TO``).
 
 Usage::
 
@@ -17,7 +17,6 @@ Writes benchmarks/results/attention_crossover.{md,json} and prints the table.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import pathlib
@@ -31,9 +30,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
 
 from pejax.nn.attention import attention  # pylint: disable=g-import-not-at-top
-
-# The module (pejax.nn re-exports the function under the same name).
-attention_module = importlib.import_module("pejax.nn.attention")
+from pejax.nn.attention import schedule as attention_schedule
 
 VARIANTS = (("dense", 512), ("blockwise", 512), ("blockwise", 256))
 
@@ -86,8 +83,7 @@ def main() -> None:
 
   dense_wins = [n for n in lengths if best(n, True, "dense") <= best(n, True, "blockwise")]
   crossover = max(dense_wins) if dense_wins else 0
-  threshold = attention_module._DENSE_UP_TO.get(  # pylint: disable=protected-access
-      attention_module.platform())
+  threshold = attention_schedule.DENSE_UP_TO.get(attention_schedule.platform())
   meta = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), cores=os.cpu_count(),
               jax=jax.__version__, backend=jax.default_backend(), load_before=load_before,
               load_after=os.getloadavg(), args=vars(args))
@@ -102,7 +98,7 @@ def main() -> None:
                  f"{r['wall_ms']:.1f} | {r['cpu_ms']:.1f} |")
   lines += ["", f"Longest length at which dense is faster (forward + backward, CPU time): "
             f"**{crossover}**; `auto` runs dense up to **{threshold}** on this platform "
-            f"({'agrees' if threshold == crossover else 'DISAGREES: revisit _DENSE_UP_TO'}).", "",
+            f"({'agrees' if threshold == crossover else 'DISAGREES: revisit DENSE_UP_TO'}).", "",
             "Command: `JAX_PLATFORMS=cpu python -m benchmarks.attention_crossover`", ""]
   text = "\n".join(lines)
   out = pathlib.Path(args.out)

@@ -30,7 +30,6 @@ Writes ``benchmarks/results/train_throughput.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import pathlib
@@ -121,14 +120,13 @@ def _pejax_worker(args, options: dict, params_path: str):
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from pejax.nn import Decoder, DecoderConfig  # pylint: disable=g-import-not-at-top
-  attention_module = importlib.import_module("pejax.nn.attention")  # The module, not the
-  # function that pejax.nn re-exports under the same name.
+  from pejax.nn.attention import dense as dense_attention  # pylint: disable=g-import-not-at-top
   from pejax.train import bind_train_step  # pylint: disable=g-import-not-at-top
   from pejax.train import create_optimizer, make_train_step  # pylint: disable=g-import-not-at-top
   from pejax.train import model_inputs  # pylint: disable=g-import-not-at-top
 
   if "chunk_from" in options:  # Causal chunking of dense attention from this length on.
-    attention_module._CHUNK_FROM = options["chunk_from"]  # pylint: disable=protected-access
+    dense_attention.CHUNK_FROM = options["chunk_from"]
   config = DecoderConfig(vocab_size=args.vocab, num_layers=args.layers, d_model=args.d_model,
                          num_heads=args.heads, pe=args.pe,
                          attention=options.get("attention", "auto"))

@@ -14,6 +14,13 @@ __version__ = "0.1.0"
 # Public name -> the module it lives in, one per line. (The training loop is
 # ``pejax.train.train``: a top-level ``train`` function would be shadowed by the subpackage.)
 _EXPORTS = {
+    "KernelBias": "pejax.encodings",
+    "TileBias": "pejax.encodings",
+    "alibi_kernel_bias": "pejax.encodings",
+    "t5_kernel_bias": "pejax.encodings",
+    "kerple_kernel_bias": "pejax.encodings",
+    "sandwich_kernel_bias": "pejax.encodings",
+    "fire_kernel_bias": "pejax.encodings",
     "kerple_bias": "pejax.encodings",
     "sandwich_bias": "pejax.encodings",
     "sandwich_head_scales": "pejax.encodings",

@@ -5,6 +5,13 @@ modules that own learnable tables (kept in their own files). Those modules impor
 they load on first use: ``import pejax.encodings`` needs only jax and numpy.
 """
 
+from pejax.encodings.kernel_bias import KernelBias
+from pejax.encodings.kernel_bias import TileBias
+from pejax.encodings.alibi import alibi_kernel_bias
+from pejax.encodings.t5_buckets import t5_kernel_bias
+from pejax.encodings.kerple import kerple_kernel_bias
+from pejax.encodings.sandwich import sandwich_kernel_bias
+from pejax.encodings.fire import fire_kernel_bias
 from pejax.encodings.alibi import alibi_bias
 from pejax.encodings.alibi import alibi_slopes
 from pejax.encodings.axial_rope import apply_axial_rope
@@ -92,6 +99,13 @@ _LAZY_EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = (
+    "KernelBias",
+    "TileBias",
+    "alibi_kernel_bias",
+    "t5_kernel_bias",
+    "kerple_kernel_bias",
+    "sandwich_kernel_bias",
+    "fire_kernel_bias",
     "alibi_bias",
     "alibi_slopes",
     "apply_axial_rope",

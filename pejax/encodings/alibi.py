@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
+from pejax.encodings.kernel_bias import KernelBias, TileBias
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -118,3 +119,41 @@ def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, slopes: jnp.ndarra
   num_heads = slopes.shape[0]
   slopes = jnp.reshape(slopes.astype(jnp.float32), (1,) * len(batch_shape) + (num_heads, 1, 1))
   return slopes * offset[..., None, :, :]
+
+
+def alibi_tile(params, q_pos, k_pos, *, causal: bool) -> jnp.ndarray:
+  """ALiBi on one ``[bq, bk]`` tile of one head (:class:`pejax.encodings.kernel_bias.TileBias`).
+
+  ``params[0] * (k - q)`` (causal) or ``params[0] * min(k - q, q - k)``: :func:`alibi_bias`'s
+  float32 operations.
+
+  Args:
+    params: ``(slope,)``, the head's slope as a float32 scalar.
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+    causal: the causal form or the symmetric one.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  offset = k_pos - q_pos
+  if not causal:
+    offset = jnp.minimum(offset, q_pos - k_pos)
+  return params[0] * offset
+
+
+def alibi_kernel_bias(num_heads: int, *, causal: bool = True) -> KernelBias:
+  """ALiBi's ``slope_h * (k - q)`` (or ``-slope_h * |q - k|``) as an in-kernel bias.
+
+  Args:
+    num_heads: H; the slopes are :func:`alibi_slopes`.
+    causal: the causal form (``AlibiPE``'s) or the symmetric one.
+
+  Returns:
+    A :class:`~pejax.encodings.kernel_bias.KernelBias` with ``[H, 1]`` slopes (no gradient).
+
+  Raises:
+    ValueError: if ``num_heads`` is not an integer >= 1.
+  """
+  slopes = alibi_slopes(num_heads)[:, None]
+  return KernelBias(TileBias(alibi_tile, 1, False, (("causal", bool(causal)),)), slopes)

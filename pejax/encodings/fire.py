@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
+from pejax.encodings.kernel_bias import KernelBias, TileBias
 
 # Paper defaults (appendix code): log-transform scale, threshold, normalizer epsilon, MLP width.
 FIRE_INIT_C = 0.1
@@ -110,3 +111,69 @@ def _normalized_distance(q_positions: jnp.ndarray, k_positions: jnp.ndarray, c: 
   distance = jnp.abs(q[..., :, None] - k[..., None, :])  # [..., Lq, Lk]
   normalizer = jnp.log1p(c * jnp.maximum(q, threshold)) + eps  # [..., Lq]
   return jnp.log1p(c * distance) / normalizer[..., :, None]
+
+
+def fire_tile(params, q_pos, k_pos, *, mlp_width: int, eps: float) -> jnp.ndarray:
+  """FIRE's MLP of the normalized distance on one tile of one head (an unrolled MLP).
+
+  Args:
+    params: the head's ``3W + 3`` float32 scalars: ``kernel_1 [W], bias_1 [W], kernel_2[:, h]
+      [W], bias_2[h], |c|, threshold``.
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+    mlp_width: W.
+    eps: the normalizer's constant.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  width = mlp_width
+  c, threshold = params[3 * width + 1], params[3 * width + 2]
+  distance = jnp.abs(q_pos - k_pos)
+  normalizer = jnp.log1p(c * jnp.maximum(q_pos, threshold)) + jnp.float32(eps)
+  x = jnp.log1p(c * distance) / normalizer
+  out = jnp.zeros(x.shape, jnp.float32) + params[3 * width]
+  for w in range(width):
+    hidden = jnp.maximum(x * params[w] + params[width + w], 0.0)
+    out = out + hidden * params[2 * width + w]
+  return out
+
+
+def fire_kernel_bias(kernel_1: Any, bias_1: Any, kernel_2: Any, bias_2: Any, c: Any,
+                     threshold: Any, *, eps: float) -> KernelBias:
+  """FIRE's MLP of ``psi(|i - j|) / (psi(max(L, i)) + eps)`` as an in-kernel bias.
+
+  Args:
+    kernel_1: float ``[W]`` first-layer weights (input width 1).
+    bias_1: float ``[W]`` first-layer biases.
+    kernel_2: float ``[W, H]`` second-layer weights.
+    bias_2: float ``[H]`` second-layer biases.
+    c: float scalar, the (positive) log-transform scale, ``|c|`` of the PE.
+    threshold: float scalar threshold L.
+    eps: the normalizer's constant.
+
+  Returns:
+    A :class:`~pejax.encodings.kernel_bias.KernelBias` with ``[H, 3W + 3]`` parameters
+    (learnable): row h holds ``kernel_1, bias_1, kernel_2[:, h], bias_2[h], c, threshold``.
+
+  Raises:
+    ValueError: for inconsistent shapes.
+  """
+  width = jnp.shape(kernel_1)[0] if jnp.ndim(kernel_1) == 1 else -1
+  if (width < 1 or jnp.shape(bias_1) != (width,) or jnp.ndim(kernel_2) != 2
+      or jnp.shape(kernel_2)[0] != width or jnp.shape(bias_2) != jnp.shape(kernel_2)[1:]):
+    raise ValueError(
+        "FIRE parameters must be kernel_1 [W], bias_1 [W], kernel_2 [W, H], bias_2 [H], got "
+        f"{jnp.shape(kernel_1)}, {jnp.shape(bias_1)}, {jnp.shape(kernel_2)}, "
+        f"{jnp.shape(bias_2)}")
+  num_heads = jnp.shape(kernel_2)[1]
+  shared = jnp.concatenate([jnp.asarray(kernel_1, jnp.float32), jnp.asarray(bias_1, jnp.float32)])
+  params = jnp.concatenate([
+      jnp.broadcast_to(shared[None, :], (num_heads, 2 * width)),
+      jnp.asarray(kernel_2, jnp.float32).T,
+      jnp.asarray(bias_2, jnp.float32)[:, None],
+      jnp.broadcast_to(jnp.asarray(c, jnp.float32).reshape((1, 1)), (num_heads, 1)),
+      jnp.broadcast_to(jnp.asarray(threshold, jnp.float32).reshape((1, 1)), (num_heads, 1)),
+  ], axis=1)
+  options = (("mlp_width", int(width)), ("eps", float(eps)))
+  return KernelBias(TileBias(fire_tile, 3 * width + 3, True, options), params)

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
+from pejax.encodings.kernel_bias import KernelBias, TileBias
 
 KERPLE_KINDS = ("log", "power")
 
@@ -121,3 +122,58 @@ def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, r1: jnp.ndarray,
   positive = distance > 0
   safe_log = jnp.log(jnp.where(positive, distance, 1.0))
   return -r1 * jnp.where(positive, jnp.exp(r2 * safe_log), 0.0)
+
+
+def kerple_log_tile(params, q_pos, k_pos) -> jnp.ndarray:
+  """KERPLE's log kernel ``-r1 log(1 + r2 |q - k|)`` on one tile of one head.
+
+  Args:
+    params: ``(r1, r2)`` float32 scalars.
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  distance = jnp.abs(q_pos - k_pos)
+  return -params[0] * jnp.log1p(params[1] * distance)
+
+
+def kerple_power_tile(params, q_pos, k_pos) -> jnp.ndarray:
+  """KERPLE's power kernel ``-r1 |q - k|^r2`` on one tile of one head (0 on the diagonal).
+
+  Args:
+    params: ``(r1, r2)`` float32 scalars.
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  distance = jnp.abs(q_pos - k_pos)
+  positive = distance > 0
+  safe_log = jnp.log(jnp.where(positive, distance, 1.0))
+  return -params[0] * jnp.where(positive, jnp.exp(params[1] * safe_log), 0.0)
+
+
+def kerple_kernel_bias(r1: Any, r2: Any, *, kind: str) -> KernelBias:
+  """KERPLE's ``-r1 log(1 + r2 |q - k|)`` or ``-r1 |q - k|^r2`` as an in-kernel bias.
+
+  Args:
+    r1: float ``[H]`` positive scales.
+    r2: float ``[H]`` positive shapes (the power kernel's exponent, <= 2).
+    kind: ``"log"`` or ``"power"``.
+
+  Returns:
+    A :class:`~pejax.encodings.kernel_bias.KernelBias` with ``[H, 2]`` parameters (learnable).
+
+  Raises:
+    ValueError: for another ``kind`` or ``r1`` / ``r2`` not of one ``[H]`` shape.
+  """
+  arg_checks.check_choice("kind", kind, ("log", "power"))
+  if jnp.ndim(r1) != 1 or jnp.shape(r1) != jnp.shape(r2):
+    raise ValueError(f"r1 and r2 must both have shape [H], got {jnp.shape(r1)} and "
+                     f"{jnp.shape(r2)}")
+  params = jnp.stack([jnp.asarray(r1, jnp.float32), jnp.asarray(r2, jnp.float32)], axis=1)
+  tile = kerple_log_tile if kind == "log" else kerple_power_tile
+  return KernelBias(TileBias(tile, 2, True), params)

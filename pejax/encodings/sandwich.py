@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
+from pejax.encodings.kernel_bias import KernelBias, TileBias
 
 
 def sandwich_head_scales(num_heads: int) -> jnp.ndarray:
@@ -112,3 +113,50 @@ def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, inv_freq: jnp.ndar
   inner = jnp.sum(jnp.cos(offset[..., None] * inv_freq), axis=-1)  # [..., Lq, Lk]
   scales = jnp.reshape(scales, (1,) * len(batch_shape) + scales.shape + (1, 1))
   return scales * inner[..., None, :, :]
+
+
+def sandwich_tile(params, q_pos, k_pos, *, inv_freq: tuple[float, ...]) -> jnp.ndarray:
+  """Sandwich's ``scale_h * sum_i cos((q - k) w_i)`` on one tile of one head.
+
+  Args:
+    params: ``(scale_h,)`` float32 scalar.
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+    inv_freq: the ``d_bar / 2`` frequencies ``w_i`` as Python floats.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  offset = q_pos - k_pos
+  inner = jnp.zeros(offset.shape, jnp.float32)
+  for frequency in inv_freq:
+    inner = inner + jnp.cos(offset * jnp.float32(frequency))
+  return params[0] * inner
+
+
+def sandwich_kernel_bias(num_heads: int, *, dim: int = 128, base: float = 10000.0) -> KernelBias:
+  """Sandwich's ``(H / 8h) sum_i cos((q - k) w_i)`` as an in-kernel bias.
+
+  The ``dim / 2`` cosines are evaluated per logit inside the kernel (as the dense path does per
+  bias entry): the costliest of the built-in in-kernel biases.
+
+  Args:
+    num_heads: H.
+    dim: even d_bar of the sinusoids.
+    base: wavelength base (> 1).
+
+  Returns:
+    A :class:`~pejax.encodings.kernel_bias.KernelBias` with ``[H, 1]`` head scales (no
+    gradient).
+
+  Raises:
+    ValueError: for an odd ``dim`` or a ``base`` <= 1.
+  """
+  dim = arg_checks.check_even("dim", dim)
+  base = arg_checks.check_positive_float("base", base)
+  if base <= 1.0:
+    raise ValueError(f"base must be > 1, got {base!r}")
+  inv_freq = np.asarray(base ** -(np.arange(0, dim, 2, dtype=np.float64) / dim), np.float32)
+  options = (("inv_freq", tuple(float(f) for f in inv_freq)),)
+  return KernelBias(TileBias(sandwich_tile, 1, False, options),
+                    sandwich_head_scales(num_heads)[:, None])

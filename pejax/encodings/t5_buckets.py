@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
+from pejax.encodings.kernel_bias import KernelBias, TileBias
 
 
 def t5_relative_position_bucket(
@@ -125,3 +126,73 @@ def _bucket(
   if_large = max_exact + scaled.astype(jnp.int32)  # truncation, as torch .to(long)
   if_large = jnp.minimum(if_large, per_direction - 1)
   return offset + jnp.where(is_small, distance, if_large)
+
+
+def t5_tile(params, q_pos, k_pos, *, num_buckets: int, max_distance: int,
+            bidirectional: bool) -> jnp.ndarray:
+  """T5's bucketed bias on one ``[bq, bk]`` tile of one head (a ``TileBias`` function).
+
+  :func:`t5_relative_position_bucket` of ``k - q`` (Hugging Face's float32 op order), then one
+  select per bucket instead of the table gather. The distance is float32, exact below 2^24, where
+  every distance >= ``max_distance`` has long saturated into the last bucket: no int32
+  wrap-around.
+
+  Args:
+    params: the head's ``num_buckets`` bucket values (float32 scalars).
+    q_pos: float32 ``[bq, 1]`` query positions.
+    k_pos: float32 ``[1, bk]`` key positions.
+    num_buckets: NB.
+    max_distance: distance of the last bucket.
+    bidirectional: encoder-style buckets for later keys.
+
+  Returns:
+    float32 ``[bq, bk]``.
+  """
+  relative = k_pos - q_pos  # [bq, bk]
+  per_direction = num_buckets // 2 if bidirectional else num_buckets
+  max_exact = per_direction // 2
+  if bidirectional:
+    offset = jnp.where(relative > 0, per_direction, 0)
+    distance = jnp.abs(relative)
+  else:
+    offset = 0
+    distance = -jnp.minimum(relative, 0.0)
+  is_small = distance < max_exact
+  safe = jnp.maximum(distance, float(max_exact))
+  log_ratio = jnp.log(safe / jnp.float32(max_exact))
+  scaled = (log_ratio / jnp.float32(math.log(max_distance / max_exact))
+            * jnp.float32(per_direction - max_exact))
+  large = jnp.minimum(max_exact + scaled.astype(jnp.int32), per_direction - 1)
+  small = jnp.minimum(distance, float(max_exact)).astype(jnp.int32)
+  bucket = offset + jnp.where(is_small, small, large)
+  out = jnp.zeros(relative.shape, jnp.float32)
+  for b in range(num_buckets):
+    out = jnp.where(bucket == b, params[b], out)
+  return out
+
+
+def t5_kernel_bias(table: Any, *, num_buckets: int, max_distance: int,
+                   bidirectional: bool) -> KernelBias:
+  """T5's learned bias of the bucket of ``k - q`` as an in-kernel bias.
+
+  Args:
+    table: float ``[NB, H]`` bucket table (``T5RelativeBias.table``).
+    num_buckets: NB.
+    max_distance: distance of the last bucket.
+    bidirectional: encoder-style buckets for later keys.
+
+  Returns:
+    A :class:`~pejax.encodings.kernel_bias.KernelBias` with ``[H, NB]`` parameters (learnable).
+
+  Raises:
+    ValueError: for invalid bucket settings or a table whose first dim is not ``num_buckets``.
+  """
+  num_buckets, max_distance = check_bucket_settings(
+      num_buckets=num_buckets, max_distance=max_distance, bidirectional=bidirectional)
+  if jnp.ndim(table) != 2 or jnp.shape(table)[0] != num_buckets:
+    raise ValueError(f"table must have shape [num_buckets={num_buckets}, H], got "
+                     f"{jnp.shape(table)}")
+  options = (("num_buckets", num_buckets), ("max_distance", max_distance),
+             ("bidirectional", bool(bidirectional)))
+  return KernelBias(TileBias(t5_tile, num_buckets, True, options),
+                    jnp.asarray(table, jnp.float32).T)

@@ -1,8 +1,11 @@
-"""Flax NNX decoder and attention; positional encodings enter through three hooks."""
+"""Flax NNX decoder and attention; positional encodings enter through their hooks.
 
-from pejax.nn.attention import attention
+``pejax.nn.attention`` is the attention package (``pejax.nn.attention.attention`` the function).
+"""
+
+from pejax.nn import attention  # The package: attention.attention, its kernels.
 from pejax.nn.attention import choose_implementation
-from pejax.nn.attention_mask import attention_mask
+from pejax.nn.attention import attention_mask
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
@@ -11,8 +14,8 @@ from pejax.nn.generation import sample_logits
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
-from pejax.nn.pallas_attention import pallas_attention
-from pejax.nn.pallas_attention import pallas_can_serve
+from pejax.nn.attention import pallas_attention
+from pejax.nn.attention import pallas_can_serve
 from pejax.nn.rms_norm import RMSNorm
 from pejax.nn.positional import AlibiConfig
 from pejax.nn.positional import AlibiPE
@@ -35,8 +38,6 @@ from pejax.nn.positional import get_pe_class
 from pejax.nn.positional import pe_names
 from pejax.nn.positional import register_pe
 from pejax.nn.self_attention import SelfAttention
-from pejax.nn.tile_bias import KernelBias
-from pejax.nn.tile_bias import kernel_bias_from_pe
 from pejax.nn.token_linear import TokenLinear
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
     "DecoderBlock",
     "DecoderConfig",
     "KVCache",
-    "KernelBias",
     "LearnedPE",
     "Mlp",
     "NoPE",
@@ -71,7 +71,6 @@ __all__ = [
     "generate",
     "get_pe_class",
     "init_kv_cache",
-    "kernel_bias_from_pe",
     "pallas_attention",
     "pallas_can_serve",
     "pe_names",

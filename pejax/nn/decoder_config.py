@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from pejax.encodings import arg_checks
 from pejax.nn.attention import ATTENTION_CHOICES
 from pejax.nn.positional import registry
-from pejax.nn.positional.interface import PEConfig, pe_name_of
+from pejax.nn.positional.interface import PEConfig
+from pejax.nn.positional.registry import pe_name_of
 
 MLP_KINDS = ("swiglu", "gelu", "geglu")
 DTYPES = ("float32", "bfloat16")

@@ -13,7 +13,7 @@ Attention reads the cache through a **chronological, right-aligned view**: the v
 text order occupy the last slots of a ``[T]`` gather (empty slots first, masked), and the L new
 tokens follow at slots ``T .. T + L - 1``. Slot order is then text order with no gap between the
 newest cached token and the new ones, so the attention mask's slot-based causality and sliding
-window (:mod:`pejax.nn.attention_mask`) hold as in a full forward pass, and a content-aware PE
+window (:mod:`pejax.nn.attention.mask`) hold as in a full forward pass, and a content-aware PE
 that continues a running sum from the newest cached slot (FoX) finds it at slot ``T - 1``.
 
 References:

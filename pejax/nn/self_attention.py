@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
-from pejax.nn.attention import Bias, attention, bias_as_function
+from pejax.nn.attention import Bias, attention, kernel_bias_served
 from pejax.nn.kv_cache import LayerCache
 from pejax.nn.rms_norm import make_rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
@@ -38,8 +38,8 @@ _KV_HEADS_LAYOUT = (PartitionSpec.UNCONSTRAINED, PartitionSpec.UNCONSTRAINED, ax
 def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Array,
             implementation: str) -> Bias:
   """A PE's position bias as attention takes it: evaluated now for dense attention, else the
-  per-tile function (also for dense on an accelerator whose Pallas kernel computes this PE's
-  bias inside, :func:`pejax.nn.attention.bias_as_function`); ``None`` when the PE has no bias.
+  per-tile function (also for dense where a kernel computes this PE's bias inside from its
+  ``kernel_bias()``, :func:`pejax.nn.attention.kernel_bias_served`); ``None`` without a bias.
 
   Args:
     pe: the positional encoding.
@@ -49,11 +49,11 @@ def pe_bias(pe: PositionalEncoding, q_positions: jax.Array, k_positions: jax.Arr
 
   Returns:
     float32 ``[B | 1, H, Lq, Lk]`` (dense; on a mesh split over heads like the logits), the
-    function ``pe.bias`` (blockwise, or served by the Pallas kernel), or ``None``.
+    function ``pe.bias`` (blockwise, or for a kernel that computes it inside), or ``None``.
   """
   if not pe.has_bias:
     return None
-  if implementation == "dense" and not bias_as_function(pe):
+  if implementation == "dense" and not (pe.has_kernel_bias and kernel_bias_served()):
     return axes.constrain(pe.bias(q_positions, k_positions),
                           (PartitionSpec.UNCONSTRAINED, axes.HEADS, None, None))
   return pe.bias
@@ -163,7 +163,11 @@ class SelfAttention(nnx.Module):
     logits_fn = None
     if pe.has_logits:
       logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions)
+    # What a kernel that computes the bias inside needs (only where one runs).
+    kernel_bias = (pe.kernel_bias() if callable(bias) and pe.has_kernel_bias
+                   and kernel_bias_served() else None)
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
+                    kernel_bias=kernel_bias,
                     implementation=implementation, block_size=self.block_size,
                     window=self.window, q_features=q_features, k_features=k_features,
                     logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),

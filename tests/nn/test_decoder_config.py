@@ -88,7 +88,7 @@ class RegistryTest(parameterized.TestCase):
       self.assertTrue(issubclass(pe_class, PositionalEncoding), name)
       config = registry.pe_config(name)
       self.assertIsInstance(config, PEConfig)
-      self.assertEqual(interface.pe_name_of(config), name)  # The name round-trips.
+      self.assertEqual(registry.pe_name_of(config), name)  # The name round-trips.
       self.assertEqual(DecoderConfig(pe=name, **TINY).pe_name, name)
 
   def test_register_rejects_duplicates_and_non_pe_classes(self):

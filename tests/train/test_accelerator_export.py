@@ -19,7 +19,6 @@ Claims (lowering only, nothing runs on an accelerator here):
 
 from __future__ import annotations
 
-import importlib
 
 from flax import nnx
 import jax
@@ -28,14 +27,12 @@ import ml_collections
 import pytest
 
 from pejax.nn import Decoder, DecoderConfig
-from pejax.nn.pallas_attention import pallas_attention, pallas_can_serve
+from pejax.nn import attention as attention_lib
+from pejax.nn.attention.pallas import pallas_attention, pallas_can_serve
 from pejax.nn.positional.registry import build_pe, get_pe_class, pe_config, pe_names
-from pejax.nn.tile_bias import kernel_bias_from_pe
 from pejax.train import optimizer as optimizer_lib
 from pejax.train.train_step import eval_step, make_train_step
 
-attention_lib = importlib.import_module("pejax.nn.attention")  # (pejax.nn.attention is the
-# function of that module.)
 PLATFORMS = ("cuda", "tpu")
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 B, L = 2, 32
@@ -177,7 +174,7 @@ def _kernel_loss(pe_name: str):
   segments = jnp.zeros((B, length), jnp.int32)
 
   def loss(q, k, v, state):
-    bias = kernel_bias_from_pe(nnx.merge(graphdef, state))
+    bias = nnx.merge(graphdef, state).kernel_bias()
     out = pallas_attention(q, k, v, q_positions=positions, k_positions=positions, bias=bias,
                            window=100, q_segment_ids=segments, k_segment_ids=segments,
                            block_q=64, block_k=128)

@@ -8,12 +8,12 @@ from pejax.nn.positional.alibi import AlibiConfig
 from pejax.nn.positional.alibi import AlibiPE
 from pejax.nn.positional.interface import PEConfig
 from pejax.nn.positional.interface import PositionalEncoding
-from pejax.nn.positional.interface import pe_name_of
 from pejax.nn.positional.interface import register_pe
 from pejax.nn.positional.learned import LearnedConfig
 from pejax.nn.positional.learned import LearnedPE
 from pejax.nn.positional.nope import NoPE
 from pejax.nn.positional.nope import NoPEConfig
+from pejax.nn.positional.registry import pe_name_of
 from pejax.nn.positional.registry import build_pe
 from pejax.nn.positional.registry import get_pe_class
 from pejax.nn.positional.registry import pe_config

@@ -8,16 +8,12 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-from flax import nnx
 import jax
 
-from pejax.encodings.alibi import alibi_bias, alibi_slopes
+from pejax.encodings.alibi import alibi_bias, alibi_kernel_bias, alibi_slopes
+from pejax.encodings.kernel_bias import KernelBias
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +28,8 @@ class AlibiPE(PositionalEncoding):
   config_class = AlibiConfig
   translation_invariant = True
 
-  def __init__(self, config: AlibiConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
-    super().__init__(config, model, rngs=rngs)
-    self.num_heads = model.num_heads
-
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-    """Causal ALiBi bias ``-slope_h * (q - k)``; future keys are left to the causal mask.
+    """Causal ``-slope_h * (q - k)`` (future keys are left to the causal mask).
 
     Args:
       q_positions: int ``[B | 1, Lq]``.
@@ -47,3 +39,11 @@ class AlibiPE(PositionalEncoding):
       float32 ``[B | 1, H, Lq, Lk]``.
     """
     return alibi_bias(q_positions, k_positions, alibi_slopes(self.num_heads), causal=True)
+
+  def kernel_bias(self) -> KernelBias:
+    """The same bias as a tile function of positions.
+
+    Returns:
+      :func:`pejax.alibi_kernel_bias` of the heads: ``[H, 1]`` slopes.
+    """
+    return alibi_kernel_bias(self.num_heads, causal=True)

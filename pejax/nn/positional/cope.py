@@ -19,7 +19,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
@@ -27,10 +26,7 @@ import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
 from pejax.encodings.cope import cope_bias
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 DEFAULT_MAX_POSITION = 64
 
@@ -61,7 +57,7 @@ class CopePE(PositionalEncoding):
   per_layer = True
   content_aware = True
 
-  def __init__(self, config: CopeConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: CopeConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     self.pos_emb = nnx.Param(jnp.zeros((config.max_position, model.head_dim), jnp.float32))
 

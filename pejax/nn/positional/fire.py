@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
@@ -32,11 +31,10 @@ from pejax.encodings.fire import FIRE_EPS
 from pejax.encodings.fire import FIRE_INIT_C
 from pejax.encodings.fire import FIRE_INIT_THRESHOLD
 from pejax.encodings.fire import FIRE_MLP_WIDTH
+from pejax.encodings.fire import fire_kernel_bias
 from pejax.encodings.fire import fire_normalized_distance
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.encodings.kernel_bias import KernelBias
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +81,7 @@ class FirePE(PositionalEncoding):
   config_class = FireConfig
   per_layer = True
 
-  def __init__(self, config: FireConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: FireConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     kernel_1, bias_1 = _torch_linear(1, config.mlp_width, rngs.params())
     kernel_2, bias_2 = _torch_linear(config.mlp_width, model.num_heads, rngs.params())
@@ -119,16 +117,15 @@ class FirePE(PositionalEncoding):
     return out + self.bias_2[...].reshape(lead + (-1,))
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-    """FIRE's bias with this layer's MLP, c and threshold.
-
-    Args:
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      float32 ``[B | 1, H, Lq, Lk]``.
-    """
+    """FIRE's bias with this layer's MLP, c and threshold."""
     distance = fire_normalized_distance(
         q_positions, k_positions, c=jnp.abs(self.c[...]), threshold=self.threshold(),
         eps=self.config.eps)  # [B | 1, Lq, Lk]
     return jnp.moveaxis(self.mlp(distance), -1, -3)
+
+  def kernel_bias(self) -> KernelBias:
+    """The same bias as a tile function of positions (an unrolled MLP; gradients reach every
+    parameter)."""
+    return fire_kernel_bias(self.kernel_1[...], self.bias_1[...], self.kernel_2[...],
+                            self.bias_2[...], jnp.abs(self.c[...]), self.threshold(),
+                            eps=self.config.eps)

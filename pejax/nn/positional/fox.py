@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from flax import nnx
 import jax
@@ -30,10 +30,7 @@ import jax.numpy as jnp
 from pejax.encodings import arg_checks
 from pejax.encodings.fox import fox_bias, fox_cumulative_log_forget
 from pejax.encodings.rope import RopeConfig, apply_rope, rope_inv_freq
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +64,7 @@ class FoxConfig(PEConfig):
       raise ValueError(f"gate_bias_init must be a finite number, got {self.gate_bias_init!r}")
     arg_checks.check_positive_float("gate_init_std", self.gate_init_std)
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` unless the head dim is even when RoPE is used.
 
     Args:
@@ -86,9 +83,8 @@ class FoxPE(PositionalEncoding):
   per_layer = True
   content_aware = True
 
-  def __init__(self, config: FoxConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: FoxConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
-    self.num_heads = model.num_heads
     self.rope = RopeConfig(model.head_dim, base=config.base) if config.use_rope else None
     self.gate_kernel = nnx.Param(config.gate_init_std * jax.random.normal(
         rngs.params(), (model.d_model, model.num_heads), jnp.float32))  # [E, H]
@@ -104,14 +100,7 @@ class FoxPE(PositionalEncoding):
              k_positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """RoPE on queries and keys when ``use_rope`` (else unchanged).
 
-    Args:
-      q: ``[B, Lq, H, D]`` queries.
-      k: ``[B, Lk, K, D]`` keys.
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      ``(q, k)`` with unchanged shapes and dtypes.
+    Shapes as in :meth:`PositionalEncoding.rotate`.
     """
     if self.rope is None:
       return q, k

@@ -24,6 +24,9 @@ hook                                                 where                      
 ``features(x, q, positions, cache=)`` +              logits, from the layer's    FoX, Shaw
 ``content_bias(q_pos, k_pos, q_feat, k_feat)``       inputs (content-aware)
 ``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE (dense)
+``kernel_bias()``                                    what a fused kernel needs   ALiBi, T5,
+                                                     to compute ``bias`` inside  KERPLE, FIRE,
+                                                                                 Sandwich
 ===================================================  ==========================  ===============
 
 ``bias`` is a function of positions, never a stored ``[H, N, N]`` array: dense attention
@@ -51,15 +54,28 @@ a dynamic scaling is ``length_dependent``); tests and studies select PEs by them
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Protocol, Union
 
 from flax import nnx
 import jax
 
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.encodings.kernel_bias import KernelBias
 
 Array = jax.Array
+
+
+class ModelDims(Protocol):
+  """What a positional encoding reads of the decoder's config (:class:`pejax.nn.DecoderConfig`).
+
+  Attributes:
+    num_heads: H, query heads.
+    head_dim: D, the query / key head dim.
+    d_model: E, the model width.
+  """
+
+  num_heads: int
+  head_dim: int
+  d_model: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +87,7 @@ class PEConfig:
   against the decoder's dimensions (e.g. an even head dim for a rotation).
   """
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` naming the field if this PE cannot serve ``model``.
 
     Args:
@@ -158,16 +174,18 @@ class PositionalEncoding(nnx.Module):
   causal_only: ClassVar[bool] = False
   max_length: Optional[int] = None
 
-  def __init__(self, config: PEConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
-    """Stores the config; subclasses build their parameters here.
+  def __init__(self, config: PEConfig, model: ModelDims, *, rngs: nnx.Rngs):
+    """Stores the config, ``num_heads`` and ``head_dim``; subclasses build their parameters here.
 
     Args:
       config: this PE's config (an instance of ``config_class``).
       model: the decoder config (dimensions).
       rngs: PRNG streams for parameters.
     """
-    del model, rngs
+    del rngs
     self.config = config
+    self.num_heads = model.num_heads  # H, for the per-head biases.
+    self.head_dim = model.head_dim  # D, for the rotations.
 
   # The hooks. --------------------------------------------------------------------------------
 
@@ -269,6 +287,22 @@ class PositionalEncoding(nnx.Module):
     """
     raise NotImplementedError(f"{type(self).__name__} has no logit transform")
 
+  def kernel_bias(self) -> Optional[KernelBias]:
+    """This PE's ``bias`` as a fused attention kernel computes it inside, tile by tile.
+
+    Override it (next to ``bias``) when the bias is a function of positions and per-head
+    parameters that elementwise operations on one ``[bq, bk]`` tile can compute: the Pallas
+    kernel then serves this PE on accelerators, with no ``[H, N, N]`` bias in memory. Return a
+    :class:`~pejax.encodings.kernel_bias.KernelBias` built from the PE's current parameters
+    (gradients with respect to its ``params`` must flow back to them) whose tile function equals
+    ``bias`` to float32 rounding. The default (``None``): no kernel computes this PE's bias; the
+    portable schedules (or cuDNN with an evaluated bias) serve it.
+
+    Returns:
+      A :class:`~pejax.encodings.kernel_bias.KernelBias`, or ``None``.
+    """
+    return None
+
   # What the decoder asks. --------------------------------------------------------------------
 
   @property
@@ -287,6 +321,12 @@ class PositionalEncoding(nnx.Module):
     return type(self).bias is not PositionalEncoding.bias
 
   @property
+  def has_kernel_bias(self) -> bool:
+    """Whether this PE overrides ``kernel_bias`` (a fused kernel can compute its ``bias``)."""
+    return (self.has_bias and not self.has_content_bias and not self.has_logits
+            and type(self).kernel_bias is not PositionalEncoding.kernel_bias)
+
+  @property
   def has_content_bias(self) -> bool:
     """Whether this PE overrides ``features`` / ``content_bias``."""
     return type(self).content_bias is not PositionalEncoding.content_bias
@@ -299,7 +339,11 @@ class PositionalEncoding(nnx.Module):
   @property
   def name(self) -> str:
     """The registry name of this PE's config."""
-    return pe_name_of(self.config)
+    # The instance's class is registered when its module ran @register_pe.
+    name = registered_name(self.config)
+    if name is None:
+      raise ValueError(f"no registered PE uses config class {type(self.config).__name__}")
+    return name
 
 
 # The registry. ----------------------------------------------------------------------------------
@@ -382,20 +426,19 @@ def register_pe(name: str, pe_class: Optional[type] = None, *,
   return register
 
 
-def pe_name_of(config: PEConfig) -> str:
-  """The registry name of a PE config: the entry of its class whose presets it matches best.
+def registered_name(config: PEConfig) -> Optional[str]:
+  """The registry name of ``config`` among the entries registered so far (``None``: none).
+
+  Of the entries whose PE class uses the config's class, the one whose presets it matches with
+  the most fields (``"kerple_power"`` for a KERPLE config with ``kind="power"``). Use
+  :func:`pejax.nn.positional.registry.pe_name_of`, which first imports the built-in PE files.
 
   Args:
     config: a :class:`PEConfig` instance.
 
   Returns:
-    The registry name (``"kerple_power"`` for a KERPLE config with ``kind="power"``).
-
-  Raises:
-    ValueError: if no registered PE uses the config's class.
+    The registry name, or ``None`` if no registered PE uses the config's class.
   """
-  from pejax.nn.positional import registry  # pylint: disable=g-import-not-at-top
-  registry.discover()
   best, best_score = None, -1
   for entry in _REGISTRY.values():
     if type(config) is not entry.pe_class.config_class:
@@ -403,6 +446,4 @@ def pe_name_of(config: PEConfig) -> str:
     if all(getattr(config, k) == v for k, v in entry.defaults):
       if len(entry.defaults) > best_score:
         best, best_score = entry.name, len(entry.defaults)
-  if best is None:
-    raise ValueError(f"no registered PE uses config class {type(config).__name__}")
   return best

@@ -17,18 +17,16 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
-from pejax.encodings.kerple import KERPLE_KINDS, kerple_bias
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.encodings.kernel_bias import KernelBias
+from pejax.encodings.kerple import KERPLE_KINDS, kerple_bias, kerple_kernel_bias
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 # Official initialization (gpt-neox ``ParallelKerpleLog`` / ``ParallelKerplePower``): uniform in
 # (0, max) per head, by kind.
@@ -85,7 +83,7 @@ class KerplePE(PositionalEncoding):
   translation_invariant = True
   per_layer = True
 
-  def __init__(self, config: KerpleConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: KerpleConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     num_heads = model.num_heads
     r1_max, r2_max = config.init_maxima()
@@ -126,14 +124,11 @@ class KerplePE(PositionalEncoding):
     return r1, r2
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-    """The KERPLE kernel of |q - k| with this layer's parameters.
-
-    Args:
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      float32 ``[B | 1, H, Lq, Lk]``.
-    """
+    """The KERPLE kernel of |q - k| with this layer's parameters."""
     r1, r2 = self.kernel_params()
     return kerple_bias(q_positions, k_positions, r1, r2, kind=self.config.kind)
+
+  def kernel_bias(self) -> KernelBias:
+    """The same bias as a tile function of positions (gradients reach the raw r1, r2)."""
+    r1, r2 = self.kernel_params()
+    return kerple_kernel_bias(r1, r2, kind=self.config.kind)

@@ -12,17 +12,14 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from flax import nnx
 import jax
 
 from pejax.encodings import arg_checks
 from pejax.encodings.learned_position import LearnedPositionEmbedding
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +63,7 @@ class LearnedPE(PositionalEncoding):
   config_class = LearnedConfig
   absolute = True
 
-  def __init__(self, config: LearnedConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: LearnedConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     self.max_length = config.max_position
     self.table = LearnedPositionEmbedding(config.max_position, model.d_model, rngs=rngs)

@@ -12,18 +12,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-from flax import nnx
 import jax
 
 from pejax.encodings import arg_checks
 from pejax.encodings.p_rope import DEFAULT_P, p_rope_inv_freq, p_rope_num_kept
 from pejax.encodings.rope import LAYOUTS, RopeConfig, apply_rope
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +43,7 @@ class PRopeConfig(PEConfig):
       raise ValueError(f"base must be greater than 1, got {self.base}")
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` unless the head dim is even.
 
     Args:
@@ -64,22 +59,11 @@ class PRopePE(PositionalEncoding):
   config_class = PRopeConfig
   translation_invariant = True
 
-  def __init__(self, config: PRopeConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
-    super().__init__(config, model, rngs=rngs)
-    self.head_dim = model.head_dim
-
   def rotate(self, q: jax.Array, k: jax.Array, q_positions: jax.Array,
              k_positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Rotates queries and keys with p-RoPE's truncated frequencies.
 
-    Args:
-      q: ``[B, Lq, H, D]`` queries.
-      k: ``[B, Lk, K, D]`` keys.
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      ``(q, k)`` with unchanged shapes and dtypes.
+    Shapes as in :meth:`PositionalEncoding.rotate`.
     """
     inv_freq = p_rope_inv_freq(self.head_dim, p=self.config.p, base=self.config.base)
     layout = self.config.layout

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
@@ -35,10 +34,7 @@ import jax.numpy as jnp
 from pejax.encodings import arg_checks
 from pejax.encodings.pope import PHASE_BIAS_RANGE, clamp_phase_bias, pope_inv_freq
 from pejax.encodings.pope import pope_transform
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 PHASE_BIAS_INITS = ("zero", "uniform")
 
@@ -72,9 +68,8 @@ class PopePE(PositionalEncoding):
   content_aware = True
   changes_key_dim = True
 
-  def __init__(self, config: PopeConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: PopeConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
-    self.head_dim = model.head_dim
     shape = (model.num_heads, model.head_dim)
     if config.phase_bias_init == "uniform":
       low, high = PHASE_BIAS_RANGE
@@ -86,12 +81,6 @@ class PopePE(PositionalEncoding):
   def rotate(self, q: jax.Array, k: jax.Array, q_positions: jax.Array,
              k_positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """PoPE's polar form of queries (with ``-delta``, times ``sqrt(2)``) and keys.
-
-    Args:
-      q: ``[B, Lq, H, D]`` queries.
-      k: ``[B, Lk, K, D]`` keys.
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
 
     Returns:
       ``(q, k)``: ``[B, Lq, H, 2 D]`` and ``[B, Lk, K, 2 D]`` in the input dtypes.

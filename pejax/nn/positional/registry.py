@@ -8,16 +8,14 @@ first lookup; each registers itself with ``@register_pe``. A user PE registers w
 from __future__ import annotations
 
 import importlib
+import pathlib
 import pkgutil
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 from flax import nnx
 
 from pejax.nn.positional import interface
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, RegistryEntry
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, RegistryEntry
 
 _NOT_PES = ("interface", "registry")
 _discovered = False
@@ -29,10 +27,10 @@ def discover() -> None:
   if _discovered:
     return
   _discovered = True
-  import pejax.nn.positional as package  # pylint: disable=g-import-not-at-top
-  for info in pkgutil.iter_modules(package.__path__):
+  package = __name__.rpartition(".")[0]  # This file's package, without importing it.
+  for info in pkgutil.iter_modules([str(pathlib.Path(__file__).parent)]):
     if not info.ispkg and info.name not in _NOT_PES and not info.name.startswith("_"):
-      importlib.import_module(f"{package.__name__}.{info.name}")
+      importlib.import_module(f"{package}.{info.name}")
 
 
 def pe_names() -> tuple[str, ...]:
@@ -108,7 +106,7 @@ def as_pe_config(pe: Union[str, PEConfig]) -> PEConfig:
     ValueError: for an unknown name or an object that is neither.
   """
   if isinstance(pe, PEConfig):
-    interface.pe_name_of(pe)  # Raises if its class is not registered.
+    pe_name_of(pe)  # Raises if its class is not registered.
     return pe
   if isinstance(pe, str):
     return pe_config(pe)
@@ -124,10 +122,10 @@ def pe_class_of(config: PEConfig) -> type[PositionalEncoding]:
   Returns:
     Its :class:`PositionalEncoding` subclass.
   """
-  return get_pe_class(interface.pe_name_of(config))
+  return get_pe_class(pe_name_of(config))
 
 
-def build_pe(config: PEConfig, model: "DecoderConfig", *, rngs: nnx.Rngs) -> PositionalEncoding:
+def build_pe(config: PEConfig, model: ModelDims, *, rngs: nnx.Rngs) -> PositionalEncoding:
   """Builds the PE that ``config`` describes for the decoder ``model``.
 
   Args:
@@ -139,3 +137,22 @@ def build_pe(config: PEConfig, model: "DecoderConfig", *, rngs: nnx.Rngs) -> Pos
     A new instance of the registered :class:`PositionalEncoding` subclass.
   """
   return pe_class_of(config)(config, model, rngs=rngs)
+
+
+def pe_name_of(config: PEConfig) -> str:
+  """The registry name of a PE config: the entry of its class whose presets it matches best.
+
+  Args:
+    config: a :class:`PEConfig` instance.
+
+  Returns:
+    The registry name (``"kerple_power"`` for a KERPLE config with ``kind="power"``).
+
+  Raises:
+    ValueError: if no registered PE uses the config's class.
+  """
+  discover()
+  name = interface.registered_name(config)
+  if name is None:
+    raise ValueError(f"no registered PE uses config class {type(config).__name__}")
+  return name

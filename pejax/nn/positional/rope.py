@@ -18,7 +18,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from flax import nnx
 import jax
@@ -27,11 +27,8 @@ import jax.numpy as jnp
 from pejax.encodings import arg_checks
 from pejax.encodings import rope_scaling as scalings
 from pejax.encodings.rope import LAYOUTS, RopeConfig, apply_rope, rope_inv_freq
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, annotation_type
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, annotation_type
 from pejax.nn.positional.interface import register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
 
 _OWN_FIELDS = ("base", "layout", "fraction", "scaling")
 
@@ -75,7 +72,7 @@ class RotaryConfig(PEConfig):
     return RopeConfig.from_partial_rotary_factor(head_dim, self.fraction, base=self.base,
                                                  scaling=self.scaling, layout=self.layout)
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` unless the head dim gives a valid rotation.
 
     Args:
@@ -155,7 +152,7 @@ class RotaryPE(PositionalEncoding):
   config_class = RotaryConfig
   translation_invariant = True
 
-  def __init__(self, config: RotaryConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: RotaryConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     self.rope = config.rope_config(model.head_dim)
     self.length_dependent = bool(config.scaling is not None

@@ -12,17 +12,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-from flax import nnx
 import jax
 
 from pejax.encodings import arg_checks
-from pejax.encodings.sandwich import sandwich_bias
+from pejax.encodings.kernel_bias import KernelBias
+from pejax.encodings.sandwich import sandwich_bias, sandwich_kernel_bias
 from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,19 +49,11 @@ class SandwichPE(PositionalEncoding):
   config_class = SandwichConfig
   translation_invariant = True
 
-  def __init__(self, config: SandwichConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
-    super().__init__(config, model, rngs=rngs)
-    self.num_heads = model.num_heads
-
   def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-    """The Sandwich bias of every query-key pair.
-
-    Args:
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      float32 ``[B | 1, H, Lq, Lk]``.
-    """
+    """The Sandwich bias of every query-key pair (:func:`pejax.sandwich_bias`)."""
     return sandwich_bias(q_positions, k_positions, num_heads=self.num_heads,
                          dim=self.config.dim, base=self.config.base)
+
+  def kernel_bias(self) -> KernelBias:
+    """The same bias as a tile function of positions (:func:`pejax.sandwich_kernel_bias`)."""
+    return sandwich_kernel_bias(self.num_heads, dim=self.config.dim, base=self.config.base)

@@ -20,7 +20,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from flax import nnx
 import jax
@@ -29,10 +29,7 @@ from pejax.encodings import shaw as shaw_lib
 from pejax.encodings.shaw import SHAW_MAX_DISTANCE
 from pejax.encodings.shaw import shaw_bias_from_scores
 from pejax.encodings.shaw import shaw_query_scores
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +60,7 @@ class ShawPE(PositionalEncoding):
   per_layer = True
   content_aware = True
 
-  def __init__(self, config: ShawConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: ShawConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     rows = 2 * config.max_distance + 1
     shape = ((model.num_heads,) if config.per_head_tables else ()) + (rows, model.head_dim)

@@ -7,23 +7,19 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from pejax.encodings.sinusoidal import sinusoidal_embedding
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
 class SinusoidalConfig(PEConfig):
   """No hyper-parameters (base 10000 as in Vaswani et al.)."""
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` unless ``model.d_model`` (the table width E) is even.
 
     Args:

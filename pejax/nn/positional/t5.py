@@ -12,17 +12,14 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
 
 from pejax.encodings.t5_bias import T5RelativeBias
-from pejax.encodings.t5_buckets import check_bucket_settings
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.encodings.kernel_bias import KernelBias
+from pejax.encodings.t5_buckets import check_bucket_settings, t5_kernel_bias
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +50,7 @@ class T5BiasPE(PositionalEncoding):
   config_class = T5Config
   translation_invariant = True
 
-  def __init__(self, config: T5Config, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: T5Config, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     self.relative_bias = T5RelativeBias(
         model.num_heads, num_buckets=config.num_buckets, max_distance=config.max_distance,
@@ -67,6 +64,16 @@ class T5BiasPE(PositionalEncoding):
       k_positions: int ``[B | 1, Lk]``.
 
     Returns:
-      float32 ``[B | 1, H, Lq, Lk]``.
+      float32 ``[B | 1, H, Lq, Lk]``, from the ``[num_buckets, H]`` table.
     """
     return self.relative_bias(q_positions, k_positions)
+
+  def kernel_bias(self) -> KernelBias:
+    """The same bias as a tile function of positions (gradients reach the bucket table).
+
+    Returns:
+      :func:`pejax.t5_kernel_bias` of the current ``[num_buckets, H]`` table.
+    """
+    rel = self.relative_bias
+    return t5_kernel_bias(rel.table[...], num_buckets=rel.num_buckets,
+                          max_distance=rel.max_distance, bidirectional=rel.bidirectional)

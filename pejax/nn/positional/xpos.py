@@ -17,7 +17,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from flax import nnx
 import jax
@@ -26,11 +25,8 @@ import jax.numpy as jnp
 from pejax.encodings import arg_checks
 from pejax.encodings import xpos as xpos_lib
 from pejax.encodings.rope import LAYOUTS, RopeConfig, rope_inv_freq
-from pejax.encodings.xpos import DEFAULT_GAMMA, DEFAULT_SCALE_BASE, apply_xpos, xpos_zeta
-from pejax.nn.positional.interface import PEConfig, PositionalEncoding, register_pe
-
-if TYPE_CHECKING:
-  from pejax.nn.decoder_config import DecoderConfig
+from pejax.encodings.xpos import DEFAULT_GAMMA, DEFAULT_SCALE_BASE, apply_xpos
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +66,7 @@ class XposConfig(PEConfig):
                        "without bound for keys after the query (Sun et al. 2022); got "
                        "bidirectional=True")
 
-  def check_model(self, model: "DecoderConfig") -> None:
+  def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` unless the head dim is even.
 
     Args:
@@ -87,7 +83,7 @@ class XposPE(PositionalEncoding):
   translation_invariant = True
   causal_only = True
 
-  def __init__(self, config: XposConfig, model: "DecoderConfig", *, rngs: nnx.Rngs):
+  def __init__(self, config: XposConfig, model: ModelDims, *, rngs: nnx.Rngs):
     super().__init__(config, model, rngs=rngs)
     self.rope = RopeConfig(model.head_dim, base=config.base, layout=config.layout)
 
@@ -95,14 +91,7 @@ class XposPE(PositionalEncoding):
              k_positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Rotates queries and keys as RoPE and scales them by ``zeta ** (+-(position - c) / B)``.
 
-    Args:
-      q: ``[B, Lq, H, D]`` queries.
-      k: ``[B, Lk, K, D]`` keys.
-      q_positions: int ``[B | 1, Lq]``.
-      k_positions: int ``[B | 1, Lk]``.
-
-    Returns:
-      ``(q, k)`` with unchanged shapes and dtypes.
+    Shapes as in :meth:`PositionalEncoding.rotate`.
     """
     inv_freq, _ = rope_inv_freq(self.rope)
     center = 0

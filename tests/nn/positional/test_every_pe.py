@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pejax import decoder_from_config
 from pejax import experiment_config
 from pejax.nn import Decoder, DecoderConfig, pe_names
 from pejax.nn.positional import registry
-from pejax.train import experiment
 
 TINY = dict(vocab_size=32, d_model=32, num_heads=4, num_kv_heads=2, num_layers=2, block_size=4)
 NAMES = pe_names()
@@ -99,7 +99,7 @@ class EveryPETest(parameterized.TestCase):
         f"--config.pe.{key}={','.join(map(str, value)) if isinstance(value, tuple) else value}"
         for key, value in fields.items() if value is not None]  # None: unset = the default.
     config = self._parse(argv)
-    self.assertEqual(experiment.pe_config_from(config), default)
+    self.assertEqual(decoder_from_config.pe_config_from(config), default)
 
   def _parse(self, argv):
     import launch  # pylint: disable=g-import-not-at-top
@@ -117,7 +117,7 @@ class EveryPETest(parameterized.TestCase):
     config.pe.name = "alibi"
     config.pe[field] = next(iter(pes.values()))
     with self.assertRaisesRegex(ValueError, rf"pe.{field}=.* has no effect with pe.name='alibi'"):
-      experiment.pe_config_from(config)
+      decoder_from_config.pe_config_from(config)
     del kind
 
   @parameterized.named_parameters(*CASES)
@@ -167,7 +167,7 @@ class UserPETest(absltest.TestCase):
       config = experiment_config.get_default_config()
       config.pe.name = "test_scaled_alibi"
       config.pe.strength = 0.5
-      self.assertEqual(experiment.pe_config_from(config), ScaledAlibiConfig(0.5))
+      self.assertEqual(decoder_from_config.pe_config_from(config), ScaledAlibiConfig(0.5))
     finally:
       from pejax.nn.positional import interface  # pylint: disable=g-import-not-at-top
       interface._REGISTRY.pop("test_scaled_alibi", None)  # pylint: disable=protected-access
@@ -203,9 +203,9 @@ class UserPEModuleTest(absltest.TestCase):
       launch.define_flags(values, argv)
       values(argv)
       config, _, _ = launch.resolve_config(values)
-      pe = experiment.pe_config_from(config)
+      pe = decoder_from_config.pe_config_from(config)
       self.assertEqual((type(pe).__name__, pe.decay_rate), ("DecayConfig", 0.25))
-      self.assertEqual(experiment.decoder_config_from(config).pe_name, "user_decay")
+      self.assertEqual(decoder_from_config.decoder_config_from(config).pe_name, "user_decay")
     finally:
       sys.path.remove(directory.full_path)
       interface._REGISTRY.pop("user_decay", None)  # pylint: disable=protected-access
@@ -267,7 +267,7 @@ class PatternsTest(parameterized.TestCase):
       self.assertGreater(float(jnp.abs(changed[:, :horizon] - dense[:, :horizon]).max()), 1e-4)
 
   def test_sliding_window_skips_blockwise_tiles(self):
-    from pejax.nn.blockwise_attention import blockwise_attention  # pylint: disable=g-import-not-at-top
+    from pejax.nn.attention.blockwise import blockwise_attention  # pylint: disable=g-import-not-at-top
     q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))
     k = jax.random.normal(jax.random.key(1), (1, 64, 2, 8))
     positions = jnp.arange(64, dtype=jnp.int32)[None]
@@ -277,7 +277,7 @@ class PatternsTest(parameterized.TestCase):
     # key tiles 0-3 lie entirely before every query's window and are skipped, tile 4 (32..39)
     # and tile 5 (the diagonal) are partly visible, tiles 6-7 are in the future.
     import importlib  # pylint: disable=g-import-not-at-top
-    bw = importlib.import_module("pejax.nn.blockwise_attention")
+    bw = importlib.import_module("pejax.nn.attention.blockwise")
     # pylint: disable=protected-access
     static = bw._Static(causal=True, segments=False, bq=8, bk=8, head_dim=8, prescaled=True,
                         bias_fn=None, window=8)

@@ -4,8 +4,8 @@ Axes: b batch rows of the tile, lq / lk query / key rows of the tile, H query he
 heads (GQA), G = H // K query heads per key/value head, D head dim, Dv value head dim.
 
 A *tile* is any ``[lq, lk]`` block of the attention matrix: a causal query chunk of the dense
-schedule (:mod:`pejax.nn.dense_attention`, one tile per chunk) or a ``[bq, bk]`` tile of the
-blockwise schedule (:mod:`pejax.nn.blockwise_attention`, an online softmax over key tiles). The
+schedule (:mod:`pejax.nn.attention.dense`, one tile per chunk) or a ``[bq, bk]`` tile of the
+blockwise schedule (:mod:`pejax.nn.attention.blockwise`, an online softmax over key tiles). The
 schedules differ only in which tiles they visit and how they loop; the numbers of a tile come
 from the functions below, written once:
 

@@ -26,10 +26,10 @@ import pytest
 
 from pejax.nn.attention import attention
 from pejax.nn.decoder_config import DecoderConfig
-from pejax.nn.pallas_attention import pallas_attention, pallas_can_serve
+from pejax.nn.attention.pallas import pallas_attention, pallas_can_serve
 from pejax.nn.positional.registry import build_pe, pe_config, pe_names
-from pejax.nn import tile_bias
-from pejax.nn.tile_bias import KernelBias, kernel_bias_from_pe
+from pejax import encodings as tile_bias
+from pejax.encodings.kernel_bias import KernelBias
 
 B, L, H, K, D = 2, 24, 2, 1, 8   # L = 24: two 16-row tiles, the second padded.
 BLOCK = 16
@@ -79,7 +79,7 @@ def _compare(pe_name, *, window=None, segments=False, causal=True, backend=None,
     return jnp.sum(out * cotangent), out
 
   def kernel(q, k, v, state):
-    bias = kernel_bias_from_pe(nnx.merge(graphdef, state)) if pe is not None else None
+    bias = nnx.merge(graphdef, state).kernel_bias() if pe is not None else None
     out = pallas_attention(q, k, v, bias=bias, block_q=BLOCK, block_k=BLOCK, interpret=True,
                            backend=backend, **common)
     return jnp.sum(out * cotangent), out
@@ -159,7 +159,7 @@ def test_query_offset_chunked_prefill_matches_dense(window):
   # 12 queries at slots 12..23 against 24 keys (a prefill continuing a cache): the causal and
   # window tile bounds shift with the offset.
   q, k, v, cotangent, positions = _inputs()
-  spec = kernel_bias_from_pe(_pe("alibi"))
+  spec = _pe("alibi").kernel_bias()
   common = dict(q_positions=positions[:, 12:], k_positions=positions, window=window,
                 q_offset=12)
 
@@ -187,7 +187,7 @@ def test_query_offset_chunked_prefill_matches_dense(window):
 def test_tile_function_equals_pe_bias_hook(name):
   pe = _pe(name)
   positions = _inputs()[4][:1]
-  spec = kernel_bias_from_pe(pe)
+  spec = pe.kernel_bias()
   want = np.asarray(pe.bias(positions, positions))[0]  # [H, L, L]
   qf = positions[0].astype(jnp.float32)[:, None]
   kf = positions[0].astype(jnp.float32)[None, :]
@@ -204,14 +204,13 @@ def test_servable_pes_are_exactly_those_with_a_position_bias_or_none():
     reason = pallas_can_serve(pe=pe)
     if pe.has_content_bias or pe.has_logits:
       assert reason is not None and name in reason
-      with pytest.raises(ValueError, match=name):
-        kernel_bias_from_pe(pe)
+      assert not pe.has_kernel_bias and pe.kernel_bias() is None, name
     elif pe.has_bias:
       assert reason is None, name
-      assert isinstance(kernel_bias_from_pe(pe), KernelBias)
+      assert pe.has_kernel_bias and isinstance(pe.kernel_bias(), KernelBias), name
       assert name in SERVED
     else:
-      assert reason is None and kernel_bias_from_pe(pe) is None, name
+      assert reason is None and pe.kernel_bias() is None, name
 
 
 def test_can_serve_refuses_cache_decoding_and_hooks():
@@ -281,7 +280,7 @@ def test_bad_bias_settings_raise_naming_them():
 def test_decoder_routed_to_the_kernel_matches_dense_loss_and_gradients(name, monkeypatch):
   from benchmarks.accelerator import routed_attention  # pylint: disable=g-import-not-at-top
   from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
-  kernel_module = importlib.import_module("pejax.nn.pallas_attention")
+  kernel_module = importlib.import_module("pejax.nn.attention.pallas")
 
   calls = []
   original = kernel_module.pallas_attention

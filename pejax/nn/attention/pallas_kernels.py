@@ -1,4 +1,7 @@
-"""Flash attention as Pallas kernels, with the PE bias computed inside the kernel from positions.
+"""The Pallas flash-attention kernels (forward, dq, dk/dv) and their custom VJP, on padded operands.
+
+The entry point with the argument checks and the dispatch registration is
+:mod:`pejax.nn.attention.pallas`; this module holds what runs inside the kernels.
 
 Axes: B batch, Lq / Lk query / key length, H query heads, K key/value heads (GQA, G = H // K),
 D head dim, Dv value head dim, bq / bk query / key tile rows, P bias parameters per head.
@@ -13,7 +16,7 @@ One forward kernel and two backward kernels (FlashAttention-2's schedule):
 * backward ``dk, dv`` (+ bias parameters), grid ``(B, H, Lk / bk)``: one key tile against the
   query tiles that see it; accumulates ``dk``, ``dv`` per query head (summed over the GQA group
   afterwards) and, for a learnable bias, the gradient of the head's bias parameters, tile by
-  tile, from ``jax.vjp`` of the bias tile function (:mod:`pejax.nn.tile_bias`).
+  tile, from ``jax.vjp`` of the bias tile function (:mod:`pejax.encodings.kernel_bias`).
 
 The PE bias (ALiBi, T5 buckets, KERPLE log / power, Sandwich, FIRE) and the masks (causal by
 slot, sliding window, segment ids for packed sequences, padding) are evaluated per ``[bq, bk]``
@@ -33,7 +36,7 @@ not written). Nothing here has been run on an accelerator yet (see ``benchmarks/
 Numbers: equal to the dense reference (``softmax(q k^T * scale + bias, masked) v``) to float32
 rounding, values and gradients (q, k, v, the bias parameters). Differences from the dense path:
 a query that sees no key at all (impossible with causal self-attention) gets 0, not the uniform
-average; and the kernel takes a :class:`~pejax.nn.tile_bias.KernelBias`, not a bias function.
+average; and the kernel takes a :class:`~pejax.encodings.kernel_bias.KernelBias`, not a bias function.
 
 References:
   Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, Optional
 
 import jax
@@ -55,7 +57,7 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
-from pejax.nn.tile_bias import KernelBias, TileBias
+from pejax.encodings.kernel_bias import TileBias
 
 Array = jax.Array
 
@@ -64,11 +66,11 @@ BACKENDS = ("triton", "mosaic_tpu")
 _MASKED = -1e30
 # Rows of the per-tile bias-parameter gradient block (a sublane-aligned [8, P] block on TPU).
 _GRAD_ROWS = 8
-_MIN_DIM = 16
+MIN_DIM = 16
 
 
 @dataclasses.dataclass(frozen=True)
-class _Static:
+class FlashStatic:
   """Everything static about one call (hashable: the custom VJP's non-differentiable part)."""
 
   q_len: int
@@ -87,11 +89,11 @@ class _Static:
   interpret: bool
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
   return 1 << max(0, (n - 1).bit_length())
 
 
-def _pad_to(x: Array, axis: int, size: int, value: Any = 0) -> Array:
+def pad_to(x: Array, axis: int, size: int, value: Any = 0) -> Array:
   extra = size - x.shape[axis]
   if extra == 0:
     return x
@@ -100,17 +102,17 @@ def _pad_to(x: Array, axis: int, size: int, value: Any = 0) -> Array:
   return jnp.pad(x, widths, constant_values=value)
 
 
-def _check_block(name: str, value: int) -> int:
+def check_block(name: str, value: int) -> int:
   value = arg_checks.check_positive_int(name, value)
-  if value < _MIN_DIM or value & (value - 1):
-    raise ValueError(f"{name} must be a power of two >= {_MIN_DIM} (Triton tiles), got {value}")
+  if value < MIN_DIM or value & (value - 1):
+    raise ValueError(f"{name} must be a power of two >= {MIN_DIM} (Triton tiles), got {value}")
   return value
 
 
 # Tile pieces shared by the three kernels. -------------------------------------------------------
 
 
-def _tile_mask(st: _Static, q_start, k_start, bq: int, bk: int, qseg=None, kseg=None):
+def _tile_mask(st: FlashStatic, q_start, k_start, bq: int, bk: int, qseg=None, kseg=None):
   """bool ``[bq, bk]``: which (query, key) pairs of the tile take part (or None: all)."""
   q_slot = st.q_offset + q_start + lax.broadcasted_iota(jnp.int32, (bq, 1), 0)
   k_slot = k_start + lax.broadcasted_iota(jnp.int32, (1, bk), 1)
@@ -124,7 +126,7 @@ def _tile_mask(st: _Static, q_start, k_start, bq: int, bk: int, qseg=None, kseg=
   return mask
 
 
-def _logits(st: _Static, q, k, qpos, kpos, params):
+def _logits(st: FlashStatic, q, k, qpos, kpos, params):
   """Scaled ``q k^T`` plus the head's bias: float32 ``[bq, bk]``."""
   s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   s = s * jnp.float32(st.scale)
@@ -133,14 +135,14 @@ def _logits(st: _Static, q, k, qpos, kpos, params):
   return s
 
 
-def _read_params(st: _Static, params_ref, head):
+def _read_params(st: FlashStatic, params_ref, head):
   """The head's bias parameters as scalars (scalar memory on TPU)."""
   if st.tile is None:
     return ()
   return tuple(params_ref[head, j] for j in range(st.tile.num_params))
 
 
-def _k_range(st: _Static, q_block, num_k_blocks: int):
+def _k_range(st: FlashStatic, q_block, num_k_blocks: int):
   """Key tiles ``[lo, hi)`` that query tile ``q_block`` can see."""
   bq, bk = st.block_q, st.block_k
   lo, hi = 0, num_k_blocks
@@ -152,7 +154,7 @@ def _k_range(st: _Static, q_block, num_k_blocks: int):
   return lo, hi
 
 
-def _q_range(st: _Static, k_block, num_q_blocks: int):
+def _q_range(st: FlashStatic, k_block, num_q_blocks: int):
   """Query tiles ``[lo, hi)`` that see key tile ``k_block``."""
   bq, bk = st.block_q, st.block_k
   lo, hi = 0, num_q_blocks
@@ -165,7 +167,7 @@ def _q_range(st: _Static, k_block, num_q_blocks: int):
   return lo, hi
 
 
-def _split_refs(st: _Static, refs, num_fixed: int):
+def _split_refs(st: FlashStatic, refs, num_fixed: int):
   """(fixed refs, qseg, kseg, params, rest) from a kernel's flat ref list."""
   fixed, refs = refs[:num_fixed], refs[num_fixed:]
   qseg = kseg = params = None
@@ -179,7 +181,7 @@ def _split_refs(st: _Static, refs, num_fixed: int):
 # Kernels. ---------------------------------------------------------------------------------------
 
 
-def _forward_kernel(st: _Static, num_k_blocks: int, *refs):
+def _forward_kernel(st: FlashStatic, num_k_blocks: int, *refs):
   (q_ref, k_ref, v_ref, qpos_ref, kpos_ref), qseg_ref, kseg_ref, params_ref, (o_ref, lse_ref) = (
       _split_refs(st, refs, 5))
   head, q_block = pl.program_id(1), pl.program_id(2)
@@ -220,7 +222,7 @@ def _probabilities(st, q, k, qpos, kpos, params, lse, mask):
   return jnp.where(mask, jnp.exp(s - lse), 0.0)
 
 
-def _dq_kernel(st: _Static, num_k_blocks: int, *refs):
+def _dq_kernel(st: FlashStatic, num_k_blocks: int, *refs):
   ((q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qpos_ref, kpos_ref), qseg_ref, kseg_ref,
    params_ref, (dq_ref,)) = _split_refs(st, refs, 8)
   head, q_block = pl.program_id(1), pl.program_id(2)
@@ -246,7 +248,7 @@ def _dq_kernel(st: _Static, num_k_blocks: int, *refs):
   dq_ref[...] = (dq * jnp.float32(st.scale)).astype(dq_ref.dtype)
 
 
-def _dkv_kernel(st: _Static, num_q_blocks: int, *refs):
+def _dkv_kernel(st: FlashStatic, num_q_blocks: int, *refs):
   ((q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, qpos_ref, kpos_ref), qseg_ref, kseg_ref,
    params_ref, outs) = _split_refs(st, refs, 8)
   dk_ref, dv_ref = outs[0], outs[1]
@@ -355,7 +357,7 @@ def _stat_spec(rows: int, *, whole_len: Optional[int] = None):
   return pl.BlockSpec((None, None, rows, 1), lambda b, h, i: (b, h, i, 0))
 
 
-def _extras(st: _Static, backend: str, qseg, kseg, params, *, q_whole: bool, k_whole: bool):
+def _extras(st: FlashStatic, backend: str, qseg, kseg, params, *, q_whole: bool, k_whole: bool):
   """Specs and operands of the optional inputs (segments, bias parameters)."""
   specs, args = [], []
   if st.segments:
@@ -368,7 +370,7 @@ def _extras(st: _Static, backend: str, qseg, kseg, params, *, q_whole: bool, k_w
   return specs, args
 
 
-def _forward_call(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, params):
+def _forward_call(st: FlashStatic, backend: str, q, k, v, qpos, kpos, qseg, kseg, params):
   batch, lq, heads, dim = q.shape
   lk, dim_v = k.shape[1], v.shape[3]
   nq, nk = lq // st.block_q, lk // st.block_k
@@ -397,7 +399,7 @@ def _forward_call(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, pa
   return out, lse
 
 
-def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, params, do, lse,
+def _backward_calls(st: FlashStatic, backend: str, q, k, v, qpos, kpos, qseg, kseg, params, do, lse,
                     delta):
   batch, lq, heads, dim = q.shape
   lk, dim_v = k.shape[1], v.shape[3]
@@ -459,7 +461,7 @@ def _backward_calls(st: _Static, backend: str, q, k, v, qpos, kpos, qseg, kseg, 
   return dq, dk, dv, dparams
 
 
-def _dispatch(st: _Static, call, *args):
+def _dispatch(st: FlashStatic, call, *args):
   """Runs ``call(backend, *args)`` on the static backend, or stages the per-platform choice."""
   if st.interpret or st.backend is not None:
     return call(st.backend or "triton", *args)
@@ -472,7 +474,7 @@ def _dispatch(st: _Static, call, *args):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(st: _Static, q, k, v, qpos, kpos, qseg, kseg, params):
+def flash(st: FlashStatic, q, k, v, qpos, kpos, qseg, kseg, params):
   out, _ = _flash_forward(st, q, k, v, qpos, kpos, qseg, kseg, params)
   return out
 
@@ -501,185 +503,8 @@ def _flash_bwd(st, residuals, dout):
   dv = dv.reshape((batch, lk, kv_heads, st.groups, -1)).sum(axis=3).astype(v.dtype)
   if params is not None:
     dparams = (jnp.zeros_like(params) if dparams is None
-               else _pad_to(dparams, 0, params.shape[0]))
+               else pad_to(dparams, 0, params.shape[0]))
   return dq, dk, dv, None, None, None, None, dparams
 
 
-_flash.defvjp(_flash_fwd, _flash_bwd)
-
-
-# Public entry points. ---------------------------------------------------------------------------
-
-
-def pallas_attention(
-    q: Array,
-    k: Array,
-    v: Array,
-    *,
-    q_positions: Array,
-    k_positions: Array,
-    bias: Optional[KernelBias] = None,
-    causal: bool = True,
-    window: Optional[int] = None,
-    q_segment_ids: Optional[Array] = None,
-    k_segment_ids: Optional[Array] = None,
-    q_offset: int = 0,
-    scale: Optional[float] = None,
-    block_q: int = 128,
-    block_k: int = 128,
-    interpret: bool = False,
-    backend: Optional[str] = None,
-) -> Array:
-  """Flash attention with the PE bias and masks computed inside a Pallas kernel.
-
-  Query ``i`` sits at slot ``q_offset + i``, key ``j`` at slot ``j`` (as in
-  :func:`pejax.nn.attention.attention`); causality and the window compare slots, the bias reads
-  positions. Differentiable in ``q``, ``k``, ``v`` and ``bias.params`` (custom VJP with Pallas
-  backward kernels).
-
-  Args:
-    q: ``[B, Lq, H, D]`` queries (already rotated, if the PE rotates).
-    k: ``[B, Lk, K, D]`` keys, ``H % K == 0``.
-    v: ``[B, Lk, K, Dv]`` values.
-    q_positions: int ``[B | 1, Lq]`` query positions (the bias's argument).
-    k_positions: int ``[B | 1, Lk]`` key positions.
-    bias: ``None`` or a :class:`~pejax.nn.tile_bias.KernelBias` (e.g.
-      :func:`~pejax.nn.tile_bias.kernel_bias_from_pe`), evaluated per tile in the kernel.
-    causal: mask keys at later slots.
-    window: optional sliding window W: a query at slot ``s`` sees keys at slots ``> s - W``.
-    q_segment_ids: optional int ``[B, Lq]`` (packed sequences; with ``k_segment_ids``).
-    k_segment_ids: optional int ``[B, Lk]``.
-    q_offset: static int slot of the first query (>= 0).
-    scale: logit scale; ``None`` means ``1 / sqrt(D)``.
-    block_q: query tile rows, a power of two >= 16 (capped at the padded length).
-    block_k: key tile rows, a power of two >= 16.
-    interpret: run the kernels in Pallas's interpreter (any backend, slow; for tests).
-    backend: ``"triton"`` or ``"mosaic_tpu"`` to force one lowering; ``None`` stages the choice
-      by platform (CUDA / ROCm: Triton, TPU: Mosaic).
-
-  Returns:
-    ``[B, Lq, H, Dv]`` in ``q.dtype``.
-
-  Raises:
-    ValueError: naming the argument, for malformed shapes or dtypes, bad block sizes, a traced
-      or negative ``q_offset``, a bias whose head count is not H, or an unknown backend.
-  """
-  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
-    raise ValueError(f"q must be [B, Lq, H, D] and k, v [B, Lk, K, D], got shapes {q.shape}, "
-                     f"{k.shape}, {v.shape}")
-  batch, q_len, heads, dim = q.shape
-  k_len, kv_heads, dim_v = k.shape[1], k.shape[2], v.shape[3]
-  if k.shape[0] != batch or k.shape[3] != dim or heads % kv_heads:
-    raise ValueError(f"query heads ({heads}) must be a multiple of key/value heads ({kv_heads}) "
-                     f"with equal batch and head dims, got q {q.shape} and k {k.shape}")
-  if q_len == 0 or k_len == 0:
-    raise ValueError(f"q and k must have at least one token, got {q.shape} and {k.shape}")
-  positions = []
-  for name, x, length in (("q_positions", q_positions, q_len),
-                          ("k_positions", k_positions, k_len)):
-    x = arg_checks.check_integer_array(name, x)
-    if x.ndim != 2 or x.shape[1] != length or x.shape[0] not in (1, batch):
-      raise ValueError(f"{name} must have shape [{batch} or 1, {length}], got {x.shape}")
-    positions.append(x.astype(jnp.int32))
-  if (q_segment_ids is None) != (k_segment_ids is None):
-    raise ValueError("q_segment_ids and k_segment_ids must be given together")
-  segments = []
-  if q_segment_ids is not None:
-    for name, x, length in (("q_segment_ids", q_segment_ids, q_len),
-                            ("k_segment_ids", k_segment_ids, k_len)):
-      x = arg_checks.check_integer_array(name, x)
-      if x.shape != (batch, length):
-        raise ValueError(f"{name} must have shape [{batch}, {length}], got {x.shape}")
-      segments.append(x.astype(jnp.int32))
-  if window is not None:
-    window = arg_checks.check_positive_int("window", window)
-  if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
-    raise ValueError(f"q_offset must be a static int >= 0 (a traced KV-cache offset is not "
-                     f"served by the kernel), got {q_offset!r}")
-  if backend is not None:
-    arg_checks.check_choice("backend", backend, BACKENDS)
-  if bias is not None:
-    if not isinstance(bias, KernelBias):
-      raise ValueError(f"bias must be a KernelBias (pejax.nn.tile_bias), got "
-                       f"{type(bias).__name__}")
-    if bias.params.shape != (heads, bias.tile.num_params):
-      raise ValueError(f"bias.params must have shape [H={heads}, {bias.tile.num_params}], got "
-                       f"{bias.params.shape}")
-  if scale is None:
-    scale = 1.0 / math.sqrt(dim)
-  scale = arg_checks.check_positive_float("scale", scale)
-  block_q = _check_block("block_q", block_q)
-  block_k = _check_block("block_k", block_k)
-  block_q = min(block_q, max(_MIN_DIM, _next_pow2(q_len)))
-  block_k = min(block_k, max(_MIN_DIM, _next_pow2(k_len)))
-
-  lq_pad = -(-q_len // block_q) * block_q
-  lk_pad = -(-k_len // block_k) * block_k
-  dim_pad = max(_MIN_DIM, _next_pow2(dim))
-  dim_v_pad = max(_MIN_DIM, _next_pow2(dim_v))
-  qp = _pad_to(_pad_to(q, 1, lq_pad), 3, dim_pad)
-  kp = _pad_to(_pad_to(k, 1, lk_pad), 3, dim_pad)
-  vp = _pad_to(_pad_to(v, 1, lk_pad), 3, dim_v_pad)
-  qpos = _pad_to(positions[0], 1, lq_pad)[:, :, None]  # [B|1, Lq, 1]
-  kpos = _pad_to(positions[1], 1, lk_pad)[:, None, :]  # [B|1, 1, Lk]
-  qseg = kseg = None
-  if segments:
-    qseg = _pad_to(segments[0], 1, lq_pad)[:, :, None]
-    kseg = _pad_to(segments[1], 1, lk_pad)[:, None, :]
-  params = None
-  tile = None
-  if bias is not None:
-    tile = bias.tile
-    width = max(128, _next_pow2(tile.num_params))
-    params = _pad_to(_pad_to(bias.params.astype(jnp.float32), 0, _next_pow2(heads)), 1, width)
-  st = _Static(q_len=q_len, k_len=k_len, block_q=block_q, block_k=block_k,
-               groups=heads // kv_heads, head_dim=dim, scale=scale, causal=bool(causal),
-               window=window, q_offset=q_offset, segments=bool(segments), tile=tile,
-               backend=backend, interpret=bool(interpret))
-  if params is not None and not tile.learnable:
-    params = lax.stop_gradient(params)
-  out = _flash(st, qp, kp, vp, qpos, kpos, qseg, kseg, params)
-  return out[:, :q_len, :, :dim_v]
-
-
-def pallas_can_serve(
-    *,
-    pe: Any = None,
-    q_offset: Any = 0,
-    kv_length: Any = None,
-    logits_fn: Any = None,
-    features: bool = False,
-    head_dim: Optional[int] = None,
-) -> Optional[str]:
-  """Why :func:`pallas_attention` cannot serve a call, or ``None`` when it can.
-
-  For the attention dispatch: a call is served when its PE's bias (if any) is one of
-  :data:`pejax.nn.tile_bias.BIAS_KINDS` (built by :func:`~pejax.nn.tile_bias.kernel_bias_from_pe`),
-  the query offset is a static int (full sequences, not a traced KV-cache length), there is no
-  traced valid length, no logit hook and no per-token features.
-
-  Args:
-    pe: the layer's positional encoding (``None``: no PE bias).
-    q_offset: the call's query offset (an int, or a traced KV-cache length).
-    kv_length: the call's valid key length (``None``; anything else is not served).
-    logits_fn: a logit transform (CoPE): not served.
-    features: whether the bias takes per-token features (FoX, Shaw): not served.
-    head_dim: D, if known (any positive D is served: it is zero-padded to a power of two).
-
-  Returns:
-    ``None``, or a one-line reason naming what is not served.
-  """
-  from pejax.nn.tile_bias import pe_kernel_servable  # pylint: disable=g-import-not-at-top
-  if pe is not None and not pe_kernel_servable(pe):
-    return f"pe={pe.name!r}: its bias is not one of the in-kernel bias kinds"
-  if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
-    return "q_offset is not a static int >= 0 (KV-cache decoding)"
-  if kv_length is not None:
-    return "kv_length (a partly filled KV cache) is not served"
-  if logits_fn is not None:
-    return "a logit transform needs whole rows of logits"
-  if features:
-    return "content-aware biases need per-token features"
-  if head_dim is not None and (not isinstance(head_dim, int) or head_dim < 1):
-    return f"head_dim must be a positive int, got {head_dim!r}"
-  return None
+flash.defvjp(_flash_fwd, _flash_bwd)

@@ -1,4 +1,4 @@
-"""Tests of pejax.nn.dense_attention: the custom gradient against autodiff of the plain formula."""
+"""Tests of pejax.nn.attention.dense: the custom gradient against autodiff of the plain formula."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from pejax.nn.attention import causal_chunks
-from pejax.nn.attention_mask import attention_mask
-from pejax.nn.dense_attention import dense_attention, group_size
+from pejax.nn.attention.mask import attention_mask
+from pejax.nn.attention.dense import dense_attention, group_size
 
 # The module (pejax.nn re-exports the function under the same name).
-dense_module = importlib.import_module("pejax.nn.dense_attention")
+dense_module = importlib.import_module("pejax.nn.attention.dense")
 
 
 def _plain_attention(q, k, v, *, bias, q_slots, k_slots, causal, kv_length, q_seg, k_seg):

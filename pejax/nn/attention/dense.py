@@ -5,19 +5,19 @@ G = H // K query heads per key/value head, D head dim, g rows per batch group.
 
 Private kernel behind :func:`pejax.nn.attention.attention`. The numbers are those of the textbook
 formula ``softmax(q k^T / sqrt(D) + bias, masked) v`` with float32 logits; each chunk's logits,
-softmax and gradient come from the shared tile algebra of :mod:`pejax.nn.attention_core` (one
+softmax and gradient come from the shared tile algebra of :mod:`pejax.nn.attention.core` (one
 online-softmax step over the chunk's whole key range). What differs from leaving it to autodiff
 is where the time and memory go:
 
 * **Query chunks.** The caller passes static ``(start, end, key_end)`` chunks: a causal
   full-sequence call splits the queries so that chunk ``i`` only sees keys ``[0, key_end_i)``,
-  and the tiles above the diagonal are never computed (:func:`pejax.nn.attention.causal_chunks`).
+  and the tiles above the diagonal are never computed (:func:`pejax.nn.attention.dense.causal_chunks`).
 * **Batch groups.** The batch is processed ``g`` rows at a time (``lax.map`` / ``lax.scan``),
   with ``g`` chosen so that one chunk's ``[g, H, Lq_chunk, Lk]`` float32 logits stay around 1 MiB:
   the logits, probabilities and their gradients are then produced and consumed while they are
   still in the CPU cache instead of streaming ``[B, H, L, L]`` arrays through memory several
   times. Measured on 2 CPU cores (B=16, L=256, 4 heads of 32, causal): forward 22 -> 13 ms.
-  A CPU trick: the dispatch (:mod:`pejax.nn.attention`) turns it off on other backends.
+  A CPU trick: the dispatch (:mod:`pejax.nn.attention.dispatch`) turns it off on other backends.
 * **Custom gradient** (``jax.custom_vjp``). The residuals are ``q, k, v``, the output and the
   softmax statistics (row max ``m`` and normalizer ``l``, ``[B, K, G, Lq]``), never the
   ``[B, H, Lq, Lk]`` probabilities: memory O(L), not O(L^2). The backward pass recomputes each
@@ -44,8 +44,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from pejax.nn import attention_core as core
-from pejax.nn.attention_mask import attention_mask
+from pejax.nn.attention import core
+from pejax.nn.attention.dispatch import AttentionCall, Kernel, register_kernel
+from pejax.nn.attention.mask import attention_mask
 
 Array = jax.Array
 
@@ -147,7 +148,7 @@ def dense_attention(
 
 
 # --------------------------------------------------------------------------------------------
-# One batch group: each chunk is one tile of the shared core (pejax.nn.attention_core).
+# One batch group: each chunk is one tile of the shared core (pejax.nn.attention.core).
 
 
 def _chunk_logits(static: _Static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
@@ -307,3 +308,53 @@ def _attend_bwd(static: _Static, residuals, dout):
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+# Causal chunking: from CHUNK_FROM tokens, at most MAX_CHUNKS query chunks of at least MIN_CHUNK
+# rows. Measured side by side on 2 CPU cores (benchmarks/results): the 4-layer training step at
+# 256 tokens 1152 -> 1031 ms CPU (train_throughput_chunks.md); the forward of one causal attention
+# (B=1, 4 heads of 32) at 1K tokens 48 -> 14 ms CPU, at 4K 1088 -> 520 ms.
+MIN_CHUNK = 64
+CHUNK_FROM = 2 * MIN_CHUNK
+MAX_CHUNKS = 8
+
+
+def causal_chunks(length: int) -> list[tuple[int, int]]:
+  """Static ``[start, end)`` query chunks of causal dense attention over ``length`` tokens.
+
+  ``n = min(MAX_CHUNKS, length // MIN_CHUNK)`` near-equal chunks; one chunk (no split) below
+  ``CHUNK_FROM`` tokens.
+
+  Args:
+    length: the number of queries (= keys).
+
+  Returns:
+    list of ``(start, end)`` covering ``[0, length)`` in order.
+  """
+  if length < CHUNK_FROM:
+    return [(0, length)]
+  num = max(1, min(MAX_CHUNKS, length // MIN_CHUNK))
+  edges = [round(i * length / num) for i in range(num + 1)]
+  return list(zip(edges[:-1], edges[1:]))
+
+
+def _serves(call: AttentionCall) -> bool:
+  return call.schedule == "dense"
+
+
+def _run(call: AttentionCall) -> Array:
+  q_len, k_len = call.q.shape[1], call.k.shape[1]
+  chunks = ((0, q_len, k_len),)
+  if call.causal and call.full_sequence and q_len == k_len:
+    # Query chunk [start, end) sees keys [0, end): the tiles above the diagonal are skipped.
+    chunks = tuple((start, end, end) for start, end in causal_chunks(q_len))
+  return dense_attention(
+      call.q, call.k, call.v, bias=call.evaluated_bias(),
+      q_slots=call.q_offset + jnp.arange(q_len, dtype=jnp.int32),
+      k_slots=jnp.arange(k_len, dtype=jnp.int32), causal=call.causal, chunks=chunks,
+      kv_length=call.kv_length, q_segment_ids=call.q_segment_ids,
+      k_segment_ids=call.k_segment_ids, window=call.window,
+      batch_groups=call.platform == "cpu")
+
+
+KERNEL = register_kernel(Kernel("dense", _serves, _run, priority=10))

@@ -13,7 +13,7 @@ import pytest
 
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
 from pejax.nn.attention import AttentionCall, attention, choose_implementation, select_kernel
-from pejax.nn.attention_mask import attention_mask
+from pejax.nn.attention.mask import attention_mask
 
 
 def _naive_attention(q, k, v, *, bias=None, q_offset=0, kv_length=None, q_segment_ids=None,
@@ -252,7 +252,7 @@ class AttentionTest(chex.TestCase):
       q = jax.ShapeDtypeStruct((2, 16, 4, 32), dtype)
       kv = jax.ShapeDtypeStruct((2, 16, 2, 32), dtype)
       fields = dict(q=q, k=kv, v=kv, q_positions=None, k_positions=None, bias=None,
-                    bias_grad=True, schedule=schedule, causal=True, q_offset=0, kv_length=None,
+                    kernel_bias=None, bias_grad=True, schedule=schedule, causal=True, q_offset=0, kv_length=None,
                     q_segment_ids=None, k_segment_ids=None, block_size=8, window=None,
                     q_features=None, k_features=None, logits_fn=None, platform=platform)
       fields.update(overrides)
@@ -277,12 +277,15 @@ class AttentionTest(chex.TestCase):
     from pejax.nn.positional.registry import build_pe, pe_config  # pylint: disable=g-import-not-at-top
     model = DecoderConfig(vocab_size=32, d_model=128, num_heads=4, num_layers=1, pe="alibi")
     alibi = build_pe(pe_config("alibi"), model, rngs=nnx.Rngs(0))
-    self.assertEqual(select_kernel(call(platform="tpu", bias=alibi.bias)), "pallas")
-    self.assertEqual(select_kernel(call(platform="tpu", bias=alibi.bias, q_offset=jnp.int32(3))),
+    served = dict(bias=alibi.bias, kernel_bias=alibi.kernel_bias())  # What the decoder passes.
+    self.assertEqual(select_kernel(call(platform="tpu", **served)), "pallas")
+    # A bias function without its kernel description is not the kernel's to compute.
+    self.assertEqual(select_kernel(call(platform="tpu", bias=alibi.bias)), "dense")
+    self.assertEqual(select_kernel(call(platform="tpu", q_offset=jnp.int32(3), **served)),
                      "dense")  # A traced KV-cache length: the portable schedule.
     self.assertEqual(select_kernel(call(platform="tpu", bias=fixed_bias)), "dense")  # An array.
-    self.assertEqual(select_kernel(call(platform="cpu", bias=alibi.bias)), "dense")
-    self.assertEqual(select_kernel(call(logits_fn=jnp.tanh)), "hooked")
+    self.assertEqual(select_kernel(call(platform="cpu", **served)), "dense")
+    self.assertEqual(select_kernel(call(logits_fn=jnp.tanh)), "logit_hook")
     self.assertEqual(select_kernel(call(platform="cpu", schedule="blockwise")), "blockwise")
 
   def test_auto_resolves_by_length_and_keeps_array_biases_dense(self):

@@ -3,7 +3,7 @@
 Axes: B batch, Lq / Lk query / key length, H query heads, K key/value heads, G = H // K,
 D query/key head dim, Dv value head dim.
 
-The tile logits of :mod:`pejax.nn.attention_core` over the whole ``[Lq, Lk]`` square, plus
+The tile logits of :mod:`pejax.nn.attention.core` over the whole ``[Lq, Lk]`` square, plus
 ``logits_fn(logits)``, then one online-softmax step (= the softmax), differentiated by autodiff. A transform that needs
 every key of a row (CoPE's gate counts are cumulative sums over the keys) cannot be evaluated
 tile by tile, so this path is dense only and keeps the O(L^2) probabilities for the backward
@@ -22,8 +22,9 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from pejax.nn import attention_core as core
-from pejax.nn.attention_mask import attention_mask
+from pejax.nn.attention import core
+from pejax.nn.attention.dispatch import AttentionCall, Kernel, register_kernel
+from pejax.nn.attention.mask import attention_mask
 
 Array = jax.Array
 
@@ -67,3 +68,19 @@ def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
                             logits.reshape((batch, kv_heads, heads // kv_heads) + logits.shape[2:]),
                             v)
   return core.finish(stats).reshape((batch, q_len, heads, v.shape[-1])).astype(q.dtype)
+
+
+def _serves(call: AttentionCall) -> bool:
+  return call.logits_fn is not None
+
+
+def _run(call: AttentionCall) -> Array:
+  return hooked_attention(
+      call.q, call.k, call.v, bias=call.evaluated_bias(), logits_fn=call.logits_fn,
+      q_slots=call.q_offset + jnp.arange(call.q.shape[1], dtype=jnp.int32),
+      k_slots=jnp.arange(call.k.shape[1], dtype=jnp.int32), causal=call.causal,
+      kv_length=call.kv_length, q_segment_ids=call.q_segment_ids,
+      k_segment_ids=call.k_segment_ids, window=call.window)
+
+
+KERNEL = register_kernel(Kernel("logit_hook", _serves, _run, priority=100))

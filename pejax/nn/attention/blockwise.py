@@ -4,7 +4,7 @@ Axes: B batch, Lq query length, Lk key length, H query heads, K key/value heads 
 G = H // K query heads per key/value head, D head dim, bq / bk query / key tile sizes.
 
 Private kernel behind :func:`pejax.nn.attention.attention`; a tile's logits, online-softmax step
-and gradient are the shared algebra of :mod:`pejax.nn.attention_core`, this module is the loop.
+and gradient are the shared algebra of :mod:`pejax.nn.attention.core`, this module is the loop.
 Memory is O(L * tile) instead of O(L^2): no ``[Lq, Lk]`` logits, mask or bias array is ever
 built. The positional bias is a *function of positions* evaluated on each ``[bq, bk]`` tile, and
 the mask (causal by slot, valid length, segments) likewise. The running max, normalizer and
@@ -44,8 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from pejax.encodings import arg_checks
-from pejax.nn import attention_core as core
-from pejax.nn.attention_mask import attention_mask
+from pejax.nn.attention import core
+from pejax.nn.attention.dispatch import AttentionCall, Kernel, register_kernel
+from pejax.nn.attention.input_checks import check_positions_and_segments
+from pejax.nn.attention.mask import attention_mask
 
 Array = jax.Array
 BiasFn = Callable[[Array, Array], Array]
@@ -71,44 +73,6 @@ def _tiles(x: Optional[Array], size: int) -> Optional[Array]:
   b, length = x.shape[:2]
   x = x.reshape((b, length // size, size) + x.shape[2:])
   return jnp.moveaxis(x, 1, 0)
-
-
-def check_positions_and_segments(q: Array, k: Array, *, q_positions, k_positions,
-                                 q_segment_ids=None, k_segment_ids=None) -> tuple[Array, Array]:
-  """Checks position / segment arrays against the query and key lengths (static shapes only).
-
-  Args:
-    q: ``[B, Lq, H, D]`` queries.
-    k: ``[B, Lk, K, D]`` keys.
-    q_positions: int ``[B | 1, Lq]``.
-    k_positions: int ``[B | 1, Lk]``.
-    q_segment_ids: optional int ``[B, Lq]``, given together with ``k_segment_ids``.
-    k_segment_ids: optional int ``[B, Lk]``.
-
-  Returns:
-    ``(q_positions, k_positions)`` as jax arrays.
-
-  Raises:
-    ValueError: naming the argument whose dtype or shape is wrong. Free under ``jax.jit``.
-  """
-  batch = q.shape[0]
-  checked = []
-  for name, x, length in (("q_positions", q_positions, q.shape[1]),
-                          ("k_positions", k_positions, k.shape[1])):
-    x = arg_checks.check_integer_array(name, x)
-    if x.ndim != 2 or x.shape[1] != length or x.shape[0] not in (1, batch):
-      rows = "1" if batch == 1 else f"{batch} or 1"
-      raise ValueError(f"{name} must have shape [{rows}, {length}], got {x.shape}")
-    checked.append(x)
-  if (q_segment_ids is None) != (k_segment_ids is None):
-    raise ValueError("q_segment_ids and k_segment_ids must be given together")
-  for name, x, length in (("q_segment_ids", q_segment_ids, q.shape[1]),
-                          ("k_segment_ids", k_segment_ids, k.shape[1])):
-    if x is not None:
-      x = arg_checks.check_integer_array(name, x)
-      if x.shape != (batch, length):
-        raise ValueError(f"{name} must have shape [{batch}, {length}], got {x.shape}")
-  return checked[0], checked[1]
 
 
 def blockwise_attention(
@@ -405,3 +369,28 @@ def _flash_bwd(static: _Static, residuals, dout):
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def _rows(tree, index: Array):
+  """Rows ``index`` (axis 1) of every array of ``tree``; indices past the end are clipped (the
+  padding rows of a blockwise tile, masked anyway)."""
+  return jax.tree.map(lambda x: jnp.take(x, index, axis=1, mode="clip"), tree)
+
+
+def _serves(call: AttentionCall) -> bool:
+  return call.schedule == "blockwise"
+
+
+def _run(call: AttentionCall) -> Array:
+  bias_fn = call.bias
+  if call.has_features:
+    def bias_fn(qp, kp, q_index, k_index):  # Gathers the tile's features (pads: clipped).
+      return call.bias(qp, kp, _rows(call.q_features, q_index), _rows(call.k_features, k_index))
+  return blockwise_attention(
+      call.q, call.k, call.v, q_positions=call.q_positions, k_positions=call.k_positions,
+      bias_fn=bias_fn, causal=call.causal, q_offset=call.q_offset, kv_length=call.kv_length,
+      q_segment_ids=call.q_segment_ids, k_segment_ids=call.k_segment_ids,
+      block_size=call.block_size, window=call.window, indexed_bias=call.has_features)
+
+
+KERNEL = register_kernel(Kernel("blockwise", _serves, _run, priority=20))
