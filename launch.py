@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import pkgutil
 import sys
 from typing import Any, Dict, Optional, Sequence
 
@@ -43,12 +42,14 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-import experiments
+from experiments import studies
+from pejax import decoder_from_config
 from pejax import experiment_config
 from pejax import runtime_env
 from pejax.nn import pe_names
 from pejax.train import experiment
 from pejax.train import loop
+from pejax.train import run_directory
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CONFIGS_DIR = os.path.join(ROOT, "experiments", "configs")
@@ -75,10 +76,8 @@ STUDY_OWNED = ("pe.name", "seed", "data.name", "pe.scaling", "pe.factor", "eval.
 
 
 def study_names() -> list[str]:
-  """Modules of ``experiments/`` that define a study ``run(options)`` entry."""
-  return sorted(info.name for info in pkgutil.iter_modules(experiments.__path__)
-                if not info.ispkg and not info.name.startswith("_")
-                and info.name != "study_report")
+  """The registered studies (:data:`experiments.studies.STUDIES`), sorted."""
+  return sorted(studies.STUDIES)
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
@@ -112,7 +111,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS,
   flags.DEFINE_list("pe_module", None, "Modules to import before anything else, e.g. one "
                     "that registers a PE with pejax.nn.register_pe (then --pe=<its name>).", **fv)
   flags.DEFINE_string("sliding_window", None, "Alias of --config.model.sliding_window.", **fv)
-  flags.DEFINE_enum("rope_scaling", None, experiment.ROPE_SCALINGS,
+  flags.DEFINE_enum("rope_scaling", None, decoder_from_config.ROPE_SCALINGS,
                     "Alias of --config.pe.scaling (training-time RoPE scaling).", **fv)
   flags.DEFINE_float("rope_factor", None, "Alias of --config.pe.factor.", **fv)
   flags.DEFINE_string("data", None, "Alias of --config.data.name.", **fv)
@@ -231,7 +230,7 @@ def parse_shard(text: str) -> tuple:
 
 def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> None:
   """Runs ``experiments.<config.study.name>.run`` with the explicit overrides."""
-  from experiments import study_report  # pylint: disable=g-import-not-at-top
+  from experiments.study import study_options  # pylint: disable=g-import-not-at-top
   name = str(config.study.name)
   if name not in study_names():
     raise app.UsageError(f"config.study.name must be one of {study_names()}, got {name!r}")
@@ -251,7 +250,7 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
   progress = bool(config.study.get("progress", False))
   # --steps (train.steps) is the step count of the LM studies' models and the step cap of the
   # convergence studies (algorithmic suites, passkey), which read it from the options.
-  options = study_report.StudyOptions(
+  options = study_options.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
       runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes, shard=shard,
       progress=progress,
@@ -265,7 +264,7 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
                            f"content_tasks), not --study={name}")
   try:
     module.run(options)
-  except study_report.StudyOptionError as e:
+  except study_options.StudyOptionError as e:
     raise app.UsageError(str(e)) from None
 
 
@@ -294,13 +293,13 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> in
     if flag_values["eval_name"].value:
       raise app.UsageError("--eval_name only takes effect with --eval_only")
     workdir = flag_values["workdir"].value
-    if (workdir and os.path.exists(os.path.join(workdir, experiment.CONFIG_FILENAME))
+    if (workdir and os.path.exists(os.path.join(workdir, run_directory.CONFIG_FILENAME))
         and not flag_values["config"].present
-        and not any(experiment.is_training_setting(p) for p in overrides)):
+        and not any(run_directory.is_training_setting(p) for p in overrides)):
       # --workdir=<run> alone continues that run with its own settings.
-      config = experiment.load_run_config(workdir, overrides)
+      config = run_directory.load_run_config(workdir, overrides)
     result = experiment.train_and_evaluate(config)
-  except experiment.ConfigError as e:
+  except experiment_config.ConfigError as e:
     raise app.UsageError(str(e)) from None
   except loop.NonFiniteLossError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -52,8 +52,8 @@ def run_labels(configs: Sequence[Dict[str, Any]]) -> List[str]:
   Returns:
     One label per config, in order.
   """
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  configs = [experiment.upgrade_saved_config(c) for c in configs]
+  from pejax.train import run_directory  # pylint: disable=g-import-not-at-top
+  configs = [run_directory.upgrade_saved_config(c) for c in configs]
   flats = [_flatten(c) for c in configs]
   keys = sorted({k for f in flats for k in f})
   differing = [k for k in keys if not any(k == i or (i.endswith(".") and k.startswith(i))
@@ -76,20 +76,20 @@ def run_labels(configs: Sequence[Dict[str, Any]]) -> List[str]:
 
 def load_run(run_dir: pathlib.Path, evaluation: str = "") -> Dict[str, Any]:
   """Config, status, final numbers and perplexity rows of one run directory."""
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  config_path = run_dir / experiment.CONFIG_FILENAME
+  from pejax.train import run_directory  # pylint: disable=g-import-not-at-top
+  config_path = run_dir / run_directory.CONFIG_FILENAME
   if not config_path.exists():
-    raise ValueError(f"{run_dir} is not a run directory (no {experiment.CONFIG_FILENAME})")
-  config = experiment.upgrade_saved_config(json.loads(config_path.read_text()))
-  results_dir = run_dir / experiment.EVALS_SUBDIR / evaluation if evaluation else run_dir
+    raise ValueError(f"{run_dir} is not a run directory (no {run_directory.CONFIG_FILENAME})")
+  config = run_directory.upgrade_saved_config(json.loads(config_path.read_text()))
+  results_dir = run_dir / run_directory.EVALS_SUBDIR / evaluation if evaluation else run_dir
   results_path = results_dir / "results.json"
-  finished = experiment.is_finished(run_dir) and results_path.exists()
+  finished = run_directory.is_finished(run_dir) and results_path.exists()
   results = json.loads(results_path.read_text()) if finished else {}
-  state = experiment.run_status(run_dir).get("state", "unknown")
+  state = run_directory.run_status(run_dir).get("state", "unknown")
   if not results_path.exists() and state == "finished":
     state = f"no evaluation {evaluation!r}"
   return {"dir": run_dir, "config": config, "finished": finished, "state": state,
-          "results": results, "final": experiment.final_numbers(run_dir)}
+          "results": results, "final": run_directory.final_numbers(run_dir)}
 
 
 def _rows(run: Dict[str, Any], mode: str) -> Dict[int, float]:

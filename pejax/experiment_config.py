@@ -16,6 +16,10 @@ import ml_collections
 PE_SECTION_KEYS = ("name", "randomized_max_position")
 
 
+class ConfigError(ValueError):
+  """A user-facing configuration error (``launch.py`` prints it as a usage line)."""
+
+
 def pe_fields_by_name() -> dict:
   """``field -> (type, {pe name: default})`` over every registered PE (``--config.pe.<field>``).
 
@@ -46,7 +50,7 @@ def pe_section(name: str = "rope", **fields) -> ml_collections.ConfigDict:
   Every field of every registered PE is present as a typed ``None`` ("the PE's default"), so
   that ``--config.pe.<field>=value`` reaches any PE, one registered from user code included;
   setting a field the chosen PE does not have is an error naming both (see
-  :func:`pejax.train.experiment.pe_config_from`).
+  :func:`pejax.decoder_from_config.pe_config_from`).
 
   Args:
     name: the PE's registry name (comma-separated names: a per-layer pattern).

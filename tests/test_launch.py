@@ -25,8 +25,10 @@ from absl.testing import parameterized
 import launch
 import pytest
 from pejax import compare
+from pejax import decoder_from_config
 from pejax import experiment_config
 from pejax.train import experiment
+from pejax.train import run_directory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The tiniest model: 1 layer, d_model 32, train_len 32, 256 eval tokens.
@@ -92,12 +94,12 @@ class CommandLineTest(absltest.TestCase):
     self.assertFalse((workdir / "results.json").exists())  # Never reported as finished.
     status = json.loads((workdir / "status.json").read_text())
     self.assertEqual(status["state"], "preempted")
-    self.assertFalse(experiment.is_finished(workdir))
+    self.assertFalse(run_directory.is_finished(workdir))
     stopped_at = status["step"]
     self.assertLess(stopped_at, 20)
     # The identical command resumes and finishes (in-process: the same main).
     self.assertEqual(_launch(*args), 0)
-    self.assertTrue(experiment.is_finished(workdir))
+    self.assertTrue(run_directory.is_finished(workdir))
     records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
     train_steps = [r["step"] for r in records if r["split"] == "train"]
     self.assertEqual(train_steps, list(range(1, 21)))  # One uninterrupted log.
@@ -337,7 +339,7 @@ class ConfigFilesTest(absltest.TestCase):
           workdir = scratch / path.stem
           self.assertEqual(_launch(f"--config={path}", f"--workdir={workdir}", *TINY,
                                    "--steps=2", "--eval_lens=64"), 0)
-          self.assertTrue(experiment.is_finished(workdir))
+          self.assertTrue(run_directory.is_finished(workdir))
 
 
 class StudyOptionsTest(absltest.TestCase):
@@ -380,12 +382,12 @@ class ExperimentTest(absltest.TestCase):
 
   def test_run_names_are_readable(self):
     config = _tiny_config("")
-    self.assertRegex(experiment.run_name(config), r"^rope-L32-stdlib-[0-9a-f]{6}$")
+    self.assertRegex(run_directory.run_name(config), r"^rope-L32-stdlib-[0-9a-f]{6}$")
     config.pe.scaling, config.pe.factor = "yarn", 4.0
-    self.assertRegex(str(experiment.default_workdir(config)),
+    self.assertRegex(str(run_directory.default_workdir(config)),
                      r"^runs/rope-yarnx4-L32-stdlib-[0-9a-f]{6}$")
     other = _tiny_config("", **{"optim.weight_decay": 0.0})
-    self.assertNotEqual(experiment.run_name(other), experiment.run_name(_tiny_config("")))
+    self.assertNotEqual(run_directory.run_name(other), run_directory.run_name(_tiny_config("")))
 
   def test_old_run_records_are_read_with_the_new_pe_field_names(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
@@ -394,19 +396,19 @@ class ExperimentTest(absltest.TestCase):
     saved["pe"] = {**kept, "rope_base": 500000.0, "rope_layout": "half", "rope_fraction": 1.0,
                    "rope_scaling": "yarn", "rope_factor": 4.0, "rope_original_max_position": 0,
                    "max_position": 0, "t5_num_buckets": 32, "t5_max_distance": 128}
-    (workdir / experiment.CONFIG_FILENAME).write_text(json.dumps(saved))
-    config = experiment.load_run_config(workdir)
+    (workdir / run_directory.CONFIG_FILENAME).write_text(json.dumps(saved))
+    config = run_directory.load_run_config(workdir)
     self.assertEqual((config.pe.base, config.pe.scaling, config.pe.factor),
                      (500000.0, "yarn", 4.0))
     for field in ("layout", "fraction", "original_max_position", "max_position", "num_buckets",
                   "max_distance"):  # Old defaults: unset, i.e. the PE's (same) defaults.
       self.assertIsNone(config.pe[field], field)
     self.assertNotIn("rope_base", config.pe)
-    pe = experiment.pe_config_from(config)
+    pe = decoder_from_config.pe_config_from(config)
     self.assertEqual((pe.base, pe.scaling.name, pe.scaling.factor), (500000.0, "yarn", 4.0))
     self.assertEqual(pe.scaling.original_max_position, 32)  # 0 meant data.train_len.
     # The same run, reopened with the current names, is the same run (no settings differ).
-    self.assertEqual(experiment.open_run(config), workdir)
+    self.assertEqual(run_directory.open_run(config), workdir)
 
   @pytest.mark.slow
   def test_preempted_resume_falls_back_past_a_corrupt_checkpoint(self):
@@ -422,7 +424,7 @@ class ExperimentTest(absltest.TestCase):
     self.assertEqual((first.stop_reason, first.train.final_step), ("SIGTERM", 5))
     self.assertEqual(first.tables, {})  # Not evaluated.
     self.assertFalse((workdir / "results.json").exists())
-    self.assertEqual(experiment.run_status(workdir)["state"], "preempted")
+    self.assertEqual(run_directory.run_status(workdir)["state"], "preempted")
     # An independent check truncates the newest checkpoint's files.
     for path in (workdir / "checkpoints" / "5").rglob("*"):
       if path.is_file():
@@ -432,7 +434,7 @@ class ExperimentTest(absltest.TestCase):
     self.assertEqual((second.train.start_step, second.train.final_step), (4, 6))
     self.assertTrue(any("checkpoint step 5" in l and "unreadable" in l and "step 4" in l
                         for l in lines), lines)
-    self.assertTrue(experiment.is_finished(workdir))
+    self.assertTrue(run_directory.is_finished(workdir))
     self.assertTrue((workdir / "checkpoints" / "5.unreadable").is_dir())
 
   @pytest.mark.slow

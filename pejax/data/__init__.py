@@ -30,6 +30,7 @@ from pejax.data.passkey import passkey_example
 from pejax.data.passkey import passkey_min_length
 from pejax.data.passkey import solve_passkey
 from pejax.data.passkey_text import passkey_text_example
+from pejax.data.randomized_positions import RandomizedPositions
 from pejax.data.registry import BUILTIN_CORPORA
 from pejax.data.registry import is_task
 from pejax.data.registry import load_corpus
@@ -56,6 +57,7 @@ __all__ = (
     "FILE_SEPARATOR",
     "LanguageModelIterator",
     "PAD_ID",
+    "RandomizedPositions",
     "SyntheticExample",
     "SyntheticTaskIterator",
     "TASK_NAMES",

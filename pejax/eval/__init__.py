@@ -1,4 +1,8 @@
-"""Evaluation: perplexity against length (two protocols), passkey retrieval, reports."""
+"""Evaluation: perplexity against length (two protocols), passkey retrieval, task accuracy, reports.
+
+A whole run's evaluation as its experiment config says, with its files, is
+:mod:`pejax.eval.run_evaluation`.
+"""
 
 from pejax.eval.exact_match import answer_exact_match
 from pejax.eval.exact_match import answer_token_accuracy
@@ -15,6 +19,10 @@ from pejax.eval.report import plot_loss
 from pejax.eval.report import plot_perplexity
 from pejax.eval.report import readable_log_ticks
 from pejax.eval.report import write_results
+from pejax.eval.task_accuracy import format_task_table
+from pejax.eval.task_accuracy import task_accuracy_at_lengths
+from pejax.eval.unigram_baseline import unigram_perplexity
+from pejax.eval.validation_loss import validation_loss_fn
 
 __all__ = (
     "answer_exact_match",
@@ -22,6 +30,7 @@ __all__ = (
     "default_stride",
     "format_passkey_table",
     "format_table",
+    "format_task_table",
     "LengthResult",
     "passkey_accuracy",
     "PasskeyResult",
@@ -31,5 +40,8 @@ __all__ = (
     "plot_perplexity",
     "readable_log_ticks",
     "score_windows",
+    "task_accuracy_at_lengths",
+    "unigram_perplexity",
+    "validation_loss_fn",
     "write_results",
 )

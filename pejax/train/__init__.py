@@ -8,14 +8,9 @@ from pejax.train.checkpoint import Checkpointer
 from pejax.train.checkpoint import RestoredCheckpoint
 from pejax.train.checkpoint import config_differences
 from pejax.train.checkpoint import config_to_dict
+from pejax.train.config_check import check_config
 from pejax.train.experiment import EXIT_CODES
-from pejax.train.experiment import check_config
 from pejax.train.experiment import evaluate_run
-from pejax.train.experiment import final_numbers
-from pejax.train.experiment import is_finished
-from pejax.train.experiment import load_run_config
-from pejax.train.experiment import run_name
-from pejax.train.experiment import run_status
 from pejax.train.experiment import train_and_evaluate
 from pejax.train.loop import NonFiniteLossError
 from pejax.train.loop import TrainResult
@@ -30,6 +25,11 @@ from pejax.train.optimizer import warmup_cosine_schedule
 from pejax.train.optimizer import weight_decay_mask
 from pejax.train.progress import ProgressMeter
 from pejax.train.progress import format_duration
+from pejax.train.run_directory import final_numbers
+from pejax.train.run_directory import is_finished
+from pejax.train.run_directory import load_run_config
+from pejax.train.run_directory import run_name
+from pejax.train.run_directory import run_status
 from pejax.train.signals import StopRequest
 from pejax.train.train_step import bind_train_step
 from pejax.train.train_step import evaluate_batches

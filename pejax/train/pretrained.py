@@ -24,10 +24,14 @@ import jax
 import ml_collections
 
 from pejax import data as data_lib
+from pejax import decoder_from_config
 from pejax import eval as eval_lib
 from pejax import hf
+from pejax.eval import run_evaluation
+from pejax.experiment_config import ConfigError
 from pejax.hf import safetensors_files
 from pejax.train import experiment
+from pejax.train import run_directory
 
 
 def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
@@ -48,36 +52,33 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
     ``train`` = ``None``).
 
   Raises:
-    experiment.ConfigError: for a synthetic task as data, missing ``eval.lens``, a bad scaling
+    ConfigError: for a synthetic task as data, missing ``eval.lens``, a bad scaling
       or factor, or a checkpoint that cannot be loaded (the loader's message).
   """
   started = time.time()
   data_name = str(config.data.name)
   if data_lib.is_task(data_name):
-    raise experiment.ConfigError(f"--init_from_hf evaluates text; data={data_name!r} is a "
+    raise ConfigError(f"--init_from_hf evaluates text; data={data_name!r} is a "
                                  "synthetic byte task (use --config.eval.passkey=True for "
                                  "passkey retrieval with the model's tokenizer)")
   if not str(config.eval.lens or "").strip():
-    raise experiment.ConfigError("--init_from_hf needs --eval_lens (in the model's tokens)")
-  lengths = experiment.eval_lengths(config)
-  if config.eval.mode not in experiment.EVAL_MODES:
-    raise experiment.ConfigError(
-        f"eval_mode must be one of {list(experiment.EVAL_MODES)}, got {config.eval.mode!r}")
-  model, tokenizer = load_checkpoint(
-      hf_dir, blockwise_threshold=experiment.blockwise_threshold_of(config))
+    raise ConfigError("--init_from_hf needs --eval_lens (in the model's tokens)")
+  lengths = run_evaluation.eval_lengths(config)
+  modes = run_evaluation.eval_modes(config)
+  blockwise_threshold = decoder_from_config.blockwise_threshold_of(config)
+  model, tokenizer = load_checkpoint(hf_dir, blockwise_threshold=blockwise_threshold)
   corpus = data_lib.tokenize_corpus(data_lib.load_corpus(data_name), tokenizer)
   original = original_context(hf_dir, model) or max(lengths)
   label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
   # Not under runs/: this is no training run (pejax.compare reads runs/*).
   workdir = pathlib.Path(config.workdir or os.path.join("pretrained", label))
-  out_dir = experiment._new_eval_dir(workdir, name)  # pylint: disable=protected-access
-  modes = ("nonoverlap", "sliding") if config.eval.mode == "both" else (config.eval.mode,)
+  out_dir = run_directory.new_eval_dir(workdir, name)
   stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
 
   def evaluate(m):
     return eval_lib.perplexity_at_lengths(
         m, corpus.valid, lengths=lengths, modes=modes, max_tokens=int(config.eval.num_tokens),
-        blockwise_threshold=experiment.blockwise_threshold_of(config), stride=stride, progress=log)
+        blockwise_threshold=blockwise_threshold, stride=stride, progress=log)
 
   log(f"evaluating {hf_dir} ({model.config.num_layers} layers, d={model.config.d_model}, "
       f"vocab {model.config.vocab_size}) on {data_name}: {corpus.valid.size} validation tokens, "
@@ -87,9 +88,9 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
               if s.strip() and s.strip() != "none"]
   for scaling_name in scalings:
     factor = float(config.eval.rope_factor or max(1.0, max(lengths) / original))
-    pe = experiment.with_rope_scaling(model.config.pe, scaling_name, factor=factor,
-                                      original_max_position=original,
-                                      head_dim=model.config.head_dim)
+    pe = decoder_from_config.with_rope_scaling(model.config.pe, scaling_name, factor=factor,
+                                               original_max_position=original,
+                                               head_dim=model.config.head_dim)
     scaled_label = f"{label} + zero-shot {scaling_name} x{factor:g}"
     log(f"evaluating {scaled_label} (same weights, no retraining)")
     tables[scaled_label] = evaluate(hf.with_rope_scaling(model, pe.scaling))
@@ -97,7 +98,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   if config.eval.passkey:
     passkey = eval_lib.passkey_text_accuracy(
         model, tokenizer, lengths=lengths, depths=(0.0, 0.5, 1.0), seed=int(config.seed),
-        blockwise_threshold=experiment.blockwise_threshold_of(config), progress=log)
+        blockwise_threshold=blockwise_threshold, progress=log)
   text_parts = [eval_lib.format_table(
       results, train_len=original,
       title=f"{label_}: original context {original}, perplexity (model tokens) on up to "
@@ -110,7 +111,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
           "tokenizer": tokenizer.name, "train_len": original, "params": sum(
               int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param))),
           "date": time.strftime("%Y-%m-%d %H:%M"), "evaluation": out_dir.name,
-          "eval_config": experiment._eval_settings(config)}  # pylint: disable=protected-access
+          "eval_config": run_directory.eval_settings(config)}
   eval_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
                          title=f"{label}: perplexity vs length (original context {original})")
   text = "\n\n".join(text_parts)
@@ -135,18 +136,18 @@ def load_checkpoint(hf_dir: os.PathLike | str, *, blockwise_threshold: Optional[
     ``(model, tokenizer)``.
 
   Raises:
-    experiment.ConfigError: ``--init_from_hf=<dir>: <the loader's message>``, also for a tokenizer
+    ConfigError: ``--init_from_hf=<dir>: <the loader's message>``, also for a tokenizer
       with more tokens than the model's vocabulary.
   """
   try:
     model = hf.from_pretrained(hf_dir, blockwise_threshold=blockwise_threshold)
     tokenizer = hf.load_tokenizer(hf_dir)
   except ValueError as e:
-    raise experiment.ConfigError(f"--init_from_hf={os.fspath(hf_dir)}: {e}") from None
+    raise ConfigError(f"--init_from_hf={os.fspath(hf_dir)}: {e}") from None
   if tokenizer.vocab_size > model.config.vocab_size:
-    raise experiment.ConfigError(
-        f"--init_from_hf={os.fspath(hf_dir)}: the tokenizer has {tokenizer.vocab_size} tokens, the model "
-        f"{model.config.vocab_size}")
+    raise ConfigError(
+        f"--init_from_hf={os.fspath(hf_dir)}: the tokenizer has {tokenizer.vocab_size} tokens, "
+        f"the model {model.config.vocab_size}")
   return model, tokenizer
 
 

@@ -10,7 +10,6 @@ import pytest
 
 import launch
 from pejax import experiment_config
-from pejax.train import experiment
 from pejax.train import pretrained
 import fixture_cases as fx
 
@@ -45,17 +44,17 @@ class PretrainedEvalTest(absltest.TestCase):
     # Model tokens, not bytes: the tokenizer's vocabulary (320) bounds a random model's ppl.
     self.assertLess(base[0]["perplexity"], 5 * 320)
     self.assertEqual(payload["meta"]["train_len"], 64)  # The checkpoint's context.
-    with self.assertRaisesRegex(experiment.ConfigError, "already exists"):
+    with self.assertRaisesRegex(experiment_config.ConfigError, "already exists"):
       pretrained.evaluate_pretrained(MODEL, config, name="e1", log=lambda line: None)
 
   def test_usage_errors(self):
-    with self.assertRaisesRegex(experiment.ConfigError, "needs --eval_lens"):
+    with self.assertRaisesRegex(experiment_config.ConfigError, "needs --eval_lens"):
       pretrained.evaluate_pretrained(MODEL, _config(lens=""))
     config = _config()
     config.data.name = "copy"
-    with self.assertRaisesRegex(experiment.ConfigError, "synthetic byte task"):
+    with self.assertRaisesRegex(experiment_config.ConfigError, "synthetic byte task"):
       pretrained.evaluate_pretrained(MODEL, config)
-    with self.assertRaisesRegex(experiment.ConfigError, "tokenizer.json not found"):
+    with self.assertRaisesRegex(experiment_config.ConfigError, "tokenizer.json not found"):
       pretrained.evaluate_pretrained(fx.path("gemma"), _config())
     with self.assertRaisesRegex(launch.app.UsageError, "synthetic byte task"):
       launch.run(["launch.py", f"--init_from_hf={MODEL}", "--data=copy"])

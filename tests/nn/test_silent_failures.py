@@ -17,14 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pejax import decoder_from_config
+from pejax import experiment_config
 from pejax.encodings.rope import apply_rope, rotate_with_angles
 from pejax.encodings.rope_scaling import DynamicNTKScaling, LinearScaling, YaRNScaling
 from pejax.nn import Decoder, DecoderConfig, pe_config, pe_names
 from pejax.nn.positional import RotaryConfig
 from pejax.nn.positional import registry
-from pejax.train import experiment
 from pejax.nn.attention import attention
-from pejax.nn.blockwise_attention import blockwise_attention
+from pejax.nn.attention.blockwise import blockwise_attention
 
 TINY = dict(vocab_size=16, d_model=16, num_heads=2, num_layers=1)
 
@@ -210,8 +211,8 @@ class RopeScalingWithoutRopeTest(parameterized.TestCase):
     scaling = YaRNScaling(factor=4.0, original_max_position=8)
     with self.assertRaisesRegex(ValueError, "has no field 'scaling'"):
       pe_config(pe, scaling=scaling)
-    with self.assertRaisesRegex(experiment.ConfigError, "a RoPE scaling needs a rotary PE"):
-      experiment.with_rope_scaling(pe_config(pe), "yarn", factor=4.0, original_max_position=8,
+    with self.assertRaisesRegex(experiment_config.ConfigError, "a RoPE scaling needs a rotary PE"):
+      decoder_from_config.with_rope_scaling(pe_config(pe), "yarn", factor=4.0, original_max_position=8,
                                    head_dim=8)
 
   @parameterized.parameters(LinearScaling(2.0), DynamicNTKScaling(2.0, 8),

@@ -14,11 +14,12 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from pejax import data as data_lib
+from pejax import decoder_from_config
 from pejax import experiment_config
 from pejax import parallel
 from pejax.nn import Decoder, DecoderConfig
 from pejax.nn.positional import LearnedConfig
-from pejax.train import experiment
+from pejax.train import run_mesh
 
 FITTING = dict(batch_size=8, num_heads=4, num_kv_heads=2, d_model=32, mlp_hidden=64,
                vocab_size=256)
@@ -77,19 +78,19 @@ class MeshFitTest(parameterized.TestCase):
   def test_experiment_reports_a_mesh_that_does_not_divide_the_heads(self):
     config = experiment_config.get_default_config()
     config.model.num_heads = 4
-    model_config = experiment.decoder_config_from(config)
+    model_config = decoder_from_config.decoder_config_from(config)
     with mock.patch.object(jax, "device_count", return_value=3):
       config.mesh.spec = "model=3"
-      with self.assertRaisesRegex(experiment.ConfigError, r"'model=3'.*num_heads \(4\)"):
-        experiment.make_run_mesh(config, model_config)
+      with self.assertRaisesRegex(experiment_config.ConfigError, r"'model=3'.*num_heads \(4\)"):
+        run_mesh.make_run_mesh(config, model_config)
       config.mesh.spec = "data=3"
-      with self.assertRaisesRegex(experiment.ConfigError, r"batch_size \(16\)"):
-        experiment.make_run_mesh(config, model_config)
+      with self.assertRaisesRegex(experiment_config.ConfigError, r"batch_size \(16\)"):
+        run_mesh.make_run_mesh(config, model_config)
 
   def test_experiment_without_spec_on_one_device_has_no_mesh(self):
     config = experiment_config.get_default_config()
     if jax.device_count() == 1:
-      self.assertIsNone(experiment.make_run_mesh(config, experiment.decoder_config_from(config)))
+      self.assertIsNone(run_mesh.make_run_mesh(config, decoder_from_config.decoder_config_from(config)))
 
 
 class LogicalAxesTest(parameterized.TestCase):

@@ -35,11 +35,13 @@ import numpy as np
 import pytest
 
 import launch
+from pejax import decoder_from_config
 from pejax.nn import Decoder
 from pejax.parallel import local_cluster
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import experiment
 from pejax.train import optimizer as optimizer_lib
+from pejax.train import run_directory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -226,7 +228,7 @@ class MultiProcessLaunchTest(absltest.TestCase):
     worker = self.two_proc[1].output
     self.assertNotIn("wrote ", worker)
     self.assertIsNone(re.search(r"^step +\d+/", worker, re.M), worker[-2000:])
-    self.assertTrue(experiment.is_finished(workdir))
+    self.assertTrue(run_directory.is_finished(workdir))
 
   # --- 3. Checkpoints cross between process counts. -------------------------------------------
 
@@ -262,8 +264,8 @@ class MultiProcessLaunchTest(absltest.TestCase):
                     r.output)
     self.assertIn(f"resumed from checkpoint step {stopped}", self.resumed[0].output)
     # The checkpoint both processes wrote restores here, on one device, as one state.
-    config = experiment.load_run_config(self.dirs["preempted"])
-    model = Decoder(experiment.decoder_config_from(config), rngs=nnx.Rngs(params=1))
+    config = run_directory.load_run_config(self.dirs["preempted"])
+    model = Decoder(decoder_from_config.decoder_config_from(config), rngs=nnx.Rngs(params=1))
     optimizer = optimizer_lib.create_optimizer(model, config.optim, total_steps=STEPS)
     with checkpoint_lib.Checkpointer(self.dirs["preempted"] / checkpoint_lib.CHECKPOINT_SUBDIR,
                                      config=config) as ckpt:
@@ -279,7 +281,7 @@ class MultiProcessLaunchTest(absltest.TestCase):
                      [r["metrics"]["loss"] for r in reference])
     self.assertEqual([r["metrics"]["grad_norm"] for r in resumed],
                      [r["metrics"]["grad_norm"] for r in reference])
-    self.assertTrue(experiment.is_finished(self.dirs["preempted"]))
+    self.assertTrue(run_directory.is_finished(self.dirs["preempted"]))
 
   # --- 5. A lost process stops the others with an error that names it. -----------------------
 
