@@ -31,9 +31,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import ml_collections
 
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import suite_study
+from experiments.algorithmic import sweep
+from experiments.study import expectations
+from experiments.study import pe_capabilities
+from experiments.study import study_options
 from pejax import runtime_env
 
 STUDY = "content_tasks"
@@ -49,75 +54,76 @@ QUICK_TASKS = {"flip_flop": (8, (12, 16, 24)), "count_symbol": (8, (12, 16, 24))
 CLAIMED = ("flip_flop", "selective_copy", "count_symbol")
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The length-generalization study's decoder, with the user's overrides."""
   from experiments import length_generalization  # pylint: disable=g-import-not-at-top
   return length_generalization.base_config(options)
 
 
-def _spec(task: str, train_max: int, tests: tuple) -> engine.TaskSpec:
+def _spec(task: str, train_max: int, tests: tuple) -> sweep.TaskSpec:
   from pejax.data import synthetic  # pylint: disable=g-import-not-at-top
   lo = synthetic.get_task(task).size_range(1024)[0]
-  return engine.TaskSpec(task, train_max, tuple(range(lo, train_max + 1)) + tuple(tests),
+  return sweep.TaskSpec(task, train_max, tuple(range(lo, train_max + 1)) + tuple(tests),
                          train_min=lo)
 
 
-def settings_for(options: study_report.StudyOptions,
-                 config: ml_collections.ConfigDict) -> engine.Settings:
+def settings_for(options: study_options.StudyOptions,
+                 config: ml_collections.ConfigDict) -> sweep.Settings:
   """Quick: flip-flop and counting at small sizes, RoPE vs CoPE, 1 seed, cap 1000. Full: the 4
   tasks, every PE (no randomized variants), 3 seeds, cap 6000 (a second run with cap 12000 for
   a model that did not fit)."""
-  runnable = study_report.runnable_pes(config)
+  runnable = pe_capabilities.runnable_pes(config)
   if options.quick:
-    return engine.Settings(
+    return sweep.Settings(
         tasks=tuple(_spec(t, m, s) for t, (m, s) in QUICK_TASKS.items()),
         variants=tuple(v for v in ("rope", "cope") if v in runnable),
         seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
   recipe = convergence.Recipe(max_steps=options.steps or 6000)
-  return engine.Settings(
+  return sweep.Settings(
       tasks=tuple(_spec(t, m, s) for t, (m, s) in TASKS.items()), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps))
+      recipe=recipe, examples=32, rescue_steps=sweep.second_run_cap(recipe.max_steps))
 
 
 def best_of(entries: Mapping[str, Mapping[str, Any]], group) -> tuple:
   """``(variant, OOD spread)`` of ``group``'s best: the highest median OOD among the variants
   that fit in a majority of seeds, or, when none did, among all of them with their unfit seeds
   counted 0 (``(None, {})`` for an empty group)."""
-  fitting = [v for v in group if engine.comparable(entries[v])]
-  key = "ood" if fitting else "ood" + engine.STRICT
+  fitting = [v for v in group if seed_summary.comparable(entries[v])]
+  key = "ood" if fitting else "ood" + seed_summary.STRICT
   best = max(fitting or list(group), key=lambda v: entries[v][key]["median"] or 0.0,
              default=None)
   return (best, entries[best][key]) if best else (None, {})
 
 
-def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:
+def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.Verdict]:
   """Per claimed task: the best content-aware PE beats the best position-only PE."""
   out = []
   for task in CLAIMED:
     if task not in summary:
       continue
     entries = summary[task]
-    aware = [v for v in entries if engine.is_content_aware(v)]
-    plain = [v for v in entries if engine.uses_positions(v) and not engine.is_content_aware(v)
-             and not engine.parse_variant(v)[1]]
+    aware = [v for v in entries if pe_capabilities.is_content_aware(v)]
+    plain = [v for v in entries if pe_capabilities.uses_positions(v)
+             and not pe_capabilities.is_content_aware(v) and not sweep.parse_variant(v)[1]]
     if not aware or not plain:
       continue
     (a, a_ood), (p, p_ood) = best_of(entries, aware), best_of(entries, plain)
-    unfit = [v for v in aware + plain if not engine.comparable(entries[v])]
+    unfit = [v for v in aware + plain if not seed_summary.comparable(entries[v])]
     note = (f"did not fit in a majority of seeds: {', '.join(unfit)}." if unfit else "")
-    out.append(engine.spread_verdict(
+    out.append(seed_comparison.spread_verdict(
         f"{task}: a content-aware PE ({', '.join(aware)}) beats the token-count PEs "
         f"({', '.join(plain)}) out of distribution (Golovneva et al. 2024)",
         {a: a_ood}, {p: p_ood},
         "the best content-aware PE's seeds all above the best position-only PE's seeds (OOD "
         "exact match, seeds that fit; in a group where no PE fit in a majority of seeds, every "
-        f"seed with the unfit ones counted 0), medians >= {engine.MARGIN:g} apart", note=note))
+        f"seed with the unfit ones counted 0), medians >= {seed_comparison.MARGIN:g} apart",
+        note=note))
   return out
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[engine.Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains, tests and reports the tasks (see the module docstring).
 
@@ -131,11 +137,11 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
-  return engine.run_study(
+  return suite_study.run_study(
       options, study=STUDY, title="Flip-flop, associative recall, selective copy and counting",
       base=base, settings=settings, family="content tasks", verdicts=verdicts, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch(STUDY)
+  study_options.run_as_launch(STUDY)

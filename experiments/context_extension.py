@@ -30,8 +30,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import ml_collections
 
 from experiments import extrapolation
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
 from pejax import runtime_env
+from pejax.eval import report as eval_report
 
 STUDY = "context_extension"
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
@@ -87,7 +94,7 @@ class Settings:
     return max(2, int(round(self.finetune_fraction * self.steps)))
 
 
-def settings_for(options: study_report.StudyOptions,
+def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
   """Quick: 1-8x L; full: 1-16x L. One seed unless ``--seeds``."""
   return Settings(
@@ -101,10 +108,10 @@ def scaled_model(base_model, config: ml_collections.ConfigDict, name: str, facto
   """``base_model``'s weights in a decoder whose RoPE uses scaling ``name`` at ``factor``."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
   train_len = int(config.data.train_len)
-  model_config = experiment.decoder_config_from(config)
-  scaled_pe = experiment.with_rope_scaling(
+  model_config = decoder_from_config.decoder_config_from(config)
+  scaled_pe = decoder_from_config.with_rope_scaling(
       model_config.pe, name, factor=factor,
       original_max_position=int(config.pe.get("original_max_position") or train_len),
       head_dim=model_config.head_dim)
@@ -115,18 +122,18 @@ def scaled_model(base_model, config: ml_collections.ConfigDict, name: str, facto
 
 def experiment_pe_base(config: ml_collections.ConfigDict) -> float:
   """The RoPE base the config's PE uses (its default when ``pe.base`` is unset)."""
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  return experiment.pe_config_from(config).base
+  from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
+  return decoder_from_config.pe_config_from(config).base
 
 
-def zero_shot(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
+def zero_shot(info: trained_runs.RunInfo, config: ml_collections.ConfigDict, *,
               settings: Settings, log: Callable[[str], None]) -> Dict[str, List[Dict[str, Any]]]:
   """scaling -> perplexity rows at every length, factor = length / L (cached in the run dir)."""
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
 
   def compute():
-    base = study_report.load_model(info.run_dir, config)
-    valid = study_report.load_corpus(str(config.data.name)).valid
+    base = trained_runs.load_model(info.run_dir, config)
+    valid = trained_runs.load_corpus(str(config.data.name)).valid
     out = {}
     for name in settings.scalings:
       rows = []
@@ -139,15 +146,15 @@ def zero_shot(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
         rows.append({**result.to_json(), "factor": factor})
       out[name] = rows
       log(f"  zero-shot {name:<8} " + " ".join(
-          f"{r['length']}:{study_report.fmt(r['perplexity'])}" for r in rows))
+          f"{r['length']}:{table_cells.fmt(r['perplexity'])}" for r in rows))
     return out
 
   key = {"lengths": settings.lengths, "scalings": list(settings.scalings),
          "eval_tokens": settings.eval_tokens, "factor": "length/L", "steps": info.steps}
-  return study_report.cached(info.run_dir / f"study_{STUDY}_zero_shot.json", key, compute)
+  return result_cache.cached(info.run_dir / f"study_{STUDY}_zero_shot.json", key, compute)
 
 
-def finetune_config(config: ml_collections.ConfigDict, base_run: study_report.RunInfo,
+def finetune_config(config: ml_collections.ConfigDict, base_run: trained_runs.RunInfo,
                     scaling: str, settings: Settings) -> ml_collections.ConfigDict:
   """``config`` fine-tuned at ``finetune_len`` with ``scaling`` x ``finetune_multiplier``.
 
@@ -174,7 +181,7 @@ def finetune_config(config: ml_collections.ConfigDict, base_run: study_report.Ru
   return ft
 
 
-def finetuned(config: ml_collections.ConfigDict, base_run: study_report.RunInfo, *,
+def finetuned(config: ml_collections.ConfigDict, base_run: trained_runs.RunInfo, *,
               settings: Settings, runs_dir, log: Callable[[str], None]
               ) -> Dict[str, Dict[str, Any]]:
   """scaling -> {"run": RunInfo, "rows": perplexity rows} of each fine-tuned copy."""
@@ -184,20 +191,20 @@ def finetuned(config: ml_collections.ConfigDict, base_run: study_report.RunInfo,
   ft_dir = runs_dir / f"finetune-{base_run.run_dir.name}"
   for scaling in settings.finetune_scalings:
     ft = finetune_config(config, base_run, scaling, settings)
-    info = study_report.train_run(ft, runs_dir=ft_dir, log=log)
+    info = trained_runs.train_run(ft, runs_dir=ft_dir, log=log)
 
     def compute(info=info, ft=ft):
-      model = study_report.load_model(info.run_dir, ft)
+      model = trained_runs.load_model(info.run_dir, ft)
       results = eval_lib.perplexity_at_lengths(
-          model, study_report.load_corpus(str(ft.data.name)).valid, lengths=settings.lengths,
+          model, trained_runs.load_corpus(str(ft.data.name)).valid, lengths=settings.lengths,
           modes=[MODE], max_tokens=settings.eval_tokens,
           blockwise_threshold=int(ft.eval.blockwise_threshold))
       return [r.to_json() for r in results]
 
     key = {"lengths": settings.lengths, "eval_tokens": settings.eval_tokens, "steps": info.steps}
-    rows = study_report.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
+    rows = result_cache.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
     log(f"  fine-tuned {scaling:<8} " + " ".join(
-        f"{r['length']}:{study_report.fmt(r['perplexity'])}" for r in rows))
+        f"{r['length']}:{table_cells.fmt(r['perplexity'])}" for r in rows))
     out[scaling] = {"run": info, "rows": rows}
   return out
 
@@ -215,7 +222,7 @@ def _geo_mean_beyond(curve: Mapping[int, Optional[float]], train_len: int) -> Op
 
 def verdicts(zero: Mapping[str, Mapping[int, Optional[float]]],
              tuned: Mapping[str, Mapping[int, Optional[float]]], *, train_len: int,
-             finetune_len: int) -> List[study_report.Verdict]:
+             finetune_len: int) -> List[expectations.Verdict]:
   """The published claims checked on measured perplexity curves.
 
   Args:
@@ -226,29 +233,29 @@ def verdicts(zero: Mapping[str, Mapping[int, Optional[float]]],
   """
   out = []
   g = {name: _geo_mean_beyond(curve, train_len) for name, curve in zero.items()}
-  measured = ", ".join(f"{n} {study_report.fmt(v)}" for n, v in g.items())
+  measured = ", ".join(f"{n} {table_cells.fmt(v)}" for n, v in g.items())
   for name, who in (("dynamic", "Dynamic NTK (bloc97 2023)"), ("yarn", "YaRN (Peng et al. 2023)")):
     if name in zero and "linear" in zero and "none" in zero:
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"Without fine-tuning, {who} beats PI and plain RoPE beyond L",
           f"geometric-mean perplexity over lengths > L: {name} < linear (PI) and {name} < none",
           measured, lambda name=name: g[name] < g["linear"] and g[name] < g["none"]))
   if "yarn" in tuned and "linear" in tuned:
     y, p = tuned["yarn"].get(finetune_len), tuned["linear"].get(finetune_len)
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "After fine-tuning at the longer length, YaRN matches or beats PI (Peng et al. 2023, "
         "Table 1)",
         f"fine-tuned YaRN perplexity at {finetune_len} <= {YARN_MATCH} x fine-tuned PI's",
-        f"YaRN {study_report.fmt(y)}, PI {study_report.fmt(p)}",
+        f"YaRN {table_cells.fmt(y)}, PI {table_cells.fmt(p)}",
         lambda: y <= YARN_MATCH * p))
   if "linear" in tuned and "none" in zero:
     p, base = tuned["linear"].get(finetune_len), zero["none"].get(train_len)
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "A short PI fine-tune gives a good model at the extended length (Chen et al. 2023, "
         "Table 1)",
         f"fine-tuned PI perplexity at {finetune_len} <= {PI_RECOVERY} x the base model's at "
         f"{train_len}",
-        f"PI fine-tuned {study_report.fmt(p)} at {finetune_len}; base {study_report.fmt(base)} "
+        f"PI fine-tuned {table_cells.fmt(p)} at {finetune_len}; base {table_cells.fmt(base)} "
         f"at {train_len}", lambda: p <= PI_RECOVERY * base, note_if_not_held=PI_NOTE))
   return out
 
@@ -261,11 +268,11 @@ def _mean_curves(per_seed: Sequence[Mapping[str, Sequence[Mapping[str, Any]]]]
     for name, rows in curves.items():
       for r in rows:
         values.setdefault(name, {}).setdefault(int(r["length"]), []).append(r["perplexity"])
-  return {name: {l: study_report.spread(v) for l, v in cells.items()}
+  return {name: {l: seed_statistics.spread(v) for l, v in cells.items()}
           for name, cells in values.items()}
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study and writes its report; returns the results written to JSON."""
   base = extrapolation.base_config(options)
@@ -273,7 +280,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   reuse = [] if options.runs_dir else [options.models_dir(extrapolation.STUDY)]
-  report = study_report.Report("RoPE context extension: zero-shot scalings and fine-tuning",
+  report = markdown_report.Report("RoPE context extension: zero-shot scalings and fine-tuning",
                                study=STUDY, options=options)
   log(f"{STUDY}: RoPE at L={settings.train_len}, {settings.steps} steps, seeds "
       f"{list(settings.seeds)}; eval {settings.lengths}; fine-tune at {settings.finetune_len} for "
@@ -281,7 +288,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   zero_per_seed, tuned_per_seed, base_runs, tuned_runs = [], [], [], {}
   for seed in settings.seeds:
     config = extrapolation.pe_config(base, "rope", seed)
-    info = study_report.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse, log=log)
+    info = trained_runs.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse, log=log)
     base_runs.append(info)
     zero_per_seed.append(zero_shot(info, config, settings=settings, log=log))
     tuned = finetuned(config, info, settings=settings, runs_dir=runs_dir, log=log)
@@ -296,14 +303,14 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                     finetune_len=settings.finetune_len):
     report.add_verdict(v)
 
-  unigram = study_report.unigram_loss(str(base.data.name))
+  unigram = trained_runs.unigram_loss(str(base.data.name))
   report.section(
       "Setup",
       f"Base model: RoPE (base {experiment_pe_base(base)}), {base.model.num_layers} layers, d_model "
       f"{base.model.d_model}, trained at L = {settings.train_len} for {settings.steps} steps "
       f"(seeds {list(settings.seeds)}; valid loss "
-      + ", ".join(study_report.fmt(r.valid_loss, 3) for r in base_runs)
-      + f" nats vs unigram {study_report.fmt(unigram, 3)}). Zero-shot: the same weights, "
+      + ", ".join(table_cells.fmt(r.valid_loss, 3) for r in base_runs)
+      + f" nats vs unigram {table_cells.fmt(unigram, 3)}). Zero-shot: the same weights, "
       "rotary frequencies rescaled; the factor at each evaluation length is "
       "`max(1, eval_len / L)` (so at L every method equals plain RoPE); `dynamic` recomputes its "
       "base from the actual sequence length, `llama3` uses low/high frequency factors 1 and 4. "
@@ -316,12 +323,12 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
 
   def table(curves, names, caption):
     header = ["scaling"] + [f"{l // settings.train_len}x ({l})" for l in settings.lengths]
-    rows = [[n] + [study_report.fmt_spread(curves[n].get(l, {})) for l in settings.lengths]
+    rows = [[n] + [table_cells.fmt_spread(curves[n].get(l, {})) for l in settings.lengths]
             for n in names if n in curves]
     report.table(header, rows, caption=caption)
 
   table(zero, settings.scalings, f"**Zero-shot perplexity** (trained at L = {settings.train_len})")
-  png = study_report.plot_curves(
+  png = eval_report.plot_curves(
       workdir / "context_extension_zero_shot.png",
       {(n if n == "none" else f"{n} x(eval_len / {settings.train_len})"):
        [(l, s["mean"], s["min"], s["max"]) for l, s in zero[n].items()]
@@ -337,7 +344,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
             [(l, s["mean"], s["min"], s["max"]) for l, s in tuned[n].items()]
             for n in settings.finetune_scalings if n in tuned}
   series["base, no scaling"] = [(l, s["mean"]) for l, s in zero.get("none", {}).items()]
-  png = study_report.plot_curves(
+  png = eval_report.plot_curves(
       workdir / "context_extension_finetuned.png", series,
       xlabel="evaluation length (bytes)", ylabel="perplexity", logx=True, logy=True,
       vline=settings.finetune_len, vline_label=f"fine-tune length {settings.finetune_len}",
@@ -346,15 +353,15 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   report.image(png, "fine-tuned perplexity vs length")
   train_rows = []
   for info in base_runs:
-    train_rows.append(["base (rope)", info.steps, study_report.fmt(info.train_loss, 3),
-                       study_report.fmt(info.valid_loss, 3), info.train_time()])
+    train_rows.append(["base (rope)", info.steps, table_cells.fmt(info.train_loss, 3),
+                       table_cells.fmt(info.valid_loss, 3), info.train_time()])
   for name, infos in tuned_runs.items():
     for r in infos:
-      train_rows.append([f"fine-tune {name}", r.steps, study_report.fmt(r.train_loss, 3),
-                         study_report.fmt(r.valid_loss, 3), r.train_time()])
+      train_rows.append([f"fine-tune {name}", r.steps, table_cells.fmt(r.train_loss, 3),
+                         table_cells.fmt(r.valid_loss, 3), r.train_time()])
   report.table(["model", "steps", "train loss", "valid loss at its train length",
                 "train time"], train_rows,
-               caption=f"**Training** (nats per byte; unigram {study_report.fmt(unigram, 3)})")
+               caption=f"**Training** (nats per byte; unigram {table_cells.fmt(unigram, 3)})")
   results = {"settings": {**dataclasses.asdict(settings), "lengths": settings.lengths,
                           "finetune_len": settings.finetune_len,
                           "finetune_steps": settings.finetune_steps},
@@ -363,9 +370,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
              "finetuned": {n: {str(l): s for l, s in c.items()} for n, c in tuned.items()},
              "base_runs": [r.to_json() for r in base_runs],
              "finetune_runs": {k: [r.to_json() for r in v] for k, v in tuned_runs.items()}}
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("context_extension")
+  study_options.run_as_launch("context_extension")

@@ -29,8 +29,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import ml_collections
 
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import pe_capabilities
+from experiments.study import result_cache
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
 from pejax import runtime_env
+from pejax.eval import report as eval_report
 
 STUDY = "extrapolation"
 MODES = ("nonoverlap", "sliding")
@@ -71,7 +79,7 @@ class Settings:
     return [self.train_len * m for m in self.multipliers]
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The default experiment at the study's mode settings, with the user's overrides applied."""
   from pejax import experiment_config  # pylint: disable=g-import-not-at-top
   config = experiment_config.get_default_config()
@@ -80,11 +88,11 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
   config.train.eval_every = 50 if options.quick else 100
   config.train.log_every = 10 if options.quick else 25
   config.optim.warmup_steps = 20 if options.quick else 50
-  study_report.apply_overrides(config, options.overrides)
+  study_options.apply_overrides(config, options.overrides)
   return config
 
 
-def settings_for(options: study_report.StudyOptions,
+def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
   """The sweep for ``options`` (quick: 1 seed, 1-8x; full: 2 seeds, 1-16x)."""
   return Settings(
@@ -106,7 +114,7 @@ def study_pes(base: ml_collections.ConfigDict) -> tuple:
   Returns:
     Registry names, sorted.
   """
-  return study_report.runnable_pes(base)
+  return pe_capabilities.runnable_pes(base)
 
 
 def bounded_pes(base: ml_collections.ConfigDict, pes: Sequence[str]) -> Dict[str, int]:
@@ -121,7 +129,7 @@ def bounded_pes(base: ml_collections.ConfigDict, pes: Sequence[str]) -> Dict[str
   """
   out = {}
   for pe in pes:
-    limit = study_report.pe_max_length(pe_config(base, pe, 0))
+    limit = pe_capabilities.pe_max_length(pe_config(base, pe, 0))
     if limit is not None:
       out[pe] = limit
   return out
@@ -136,17 +144,17 @@ def pe_config(base: ml_collections.ConfigDict, pe: str, seed: int) -> ml_collect
   return config
 
 
-def evaluate_run(info: study_report.RunInfo, config: ml_collections.ConfigDict, *,
+def evaluate_run(info: trained_runs.RunInfo, config: ml_collections.ConfigDict, *,
                  lengths: Sequence[int], modes: Sequence[str], eval_tokens: int,
                  log: Callable[[str], None]) -> List[Dict[str, Any]]:
   """Perplexity of one trained model at every length and protocol (cached in its run dir)."""
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
 
   def compute():
-    model = study_report.load_model(info.run_dir, config)
-    max_length = study_report.pe_max_length(config)  # A bounded (learned) table: n/a past it.
+    model = trained_runs.load_model(info.run_dir, config)
+    max_length = pe_capabilities.pe_max_length(config)  # A bounded (learned) table: n/a past it.
     results = eval_lib.perplexity_at_lengths(
-        model, study_report.load_corpus(str(config.data.name)).valid, lengths=lengths,
+        model, trained_runs.load_corpus(str(config.data.name)).valid, lengths=lengths,
         modes=modes, max_tokens=eval_tokens, max_length=max_length,
         blockwise_threshold=int(config.eval.blockwise_threshold),
         unsupported_reason=f"table size {max_length}")
@@ -154,7 +162,7 @@ def evaluate_run(info: study_report.RunInfo, config: ml_collections.ConfigDict, 
 
   key = {"lengths": list(lengths), "modes": list(modes), "eval_tokens": eval_tokens,
          "stride": "L/4", "steps": info.steps}
-  return study_report.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
+  return result_cache.cached(info.run_dir / f"study_{STUDY}_eval.json", key, compute)
 
 
 def summarize(per_seed: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
@@ -171,7 +179,7 @@ def summarize(per_seed: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
         if r["status"] != "ok":
           status[key] = r["status"]
     for (mode, length), values in cells.items():
-      stats = study_report.spread(values)
+      stats = seed_statistics.spread(values)
       stats["status"] = status.get((mode, length), "ok")
       summary.setdefault(pe, {}).setdefault(mode, {})[length] = stats
   return summary
@@ -191,14 +199,14 @@ def _ratios_text(summary, pe: str, modes: Sequence[str], short: int, long: int) 
   for mode in modes:
     a, b = _mean(summary, pe, mode, short), _mean(summary, pe, mode, long)
     ratio = (b / a) if (a and b) else None
-    parts.append(f"{mode}: {study_report.fmt(a)} -> {study_report.fmt(b)} "
-                 f"(x{study_report.fmt(ratio)})")
+    parts.append(f"{mode}: {table_cells.fmt(a)} -> {table_cells.fmt(b)} "
+                 f"(x{table_cells.fmt(ratio)})")
   return "; ".join(parts)
 
 
 def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
              modes: Sequence[str] = MODES,
-             bounded: Optional[Mapping[str, int]] = None) -> List[study_report.Verdict]:
+             bounded: Optional[Mapping[str, int]] = None) -> List[expectations.Verdict]:
   """The ALiBi paper's claims checked on ``summary`` (from :func:`summarize`).
 
   Args:
@@ -211,14 +219,14 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
       the study's table of ``train_len`` rows.
 
   Returns:
-    One :class:`~experiments.study_report.Verdict` per claim whose PEs were evaluated.
+    One :class:`~experiments.study.expectations.Verdict` per claim whose PEs were evaluated.
   """
   x = max_len // train_len
   out = []
   have = lambda *pes: all(p in summary for p in pes)
   all_modes = lambda fn: all(fn(m) for m in modes)
   if have("alibi"):
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "ALiBi keeps its perplexity at L out to many times L (Press et al. 2022, Fig. 1)",
         f"ALiBi perplexity at {x}x L <= {ALIBI_HOLD_RATIO} x its perplexity at L, in "
         f"{' and '.join(modes)}",
@@ -226,7 +234,7 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
         lambda: all_modes(lambda m: _ratio(summary, "alibi", m, train_len, max_len)
                           <= ALIBI_HOLD_RATIO)))
   if have("sinusoidal"):
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "Sinusoidal degrades sharply past L (Press et al. 2022, Fig. 1)",
         f"sinusoidal perplexity at {x}x L >= {SHARP_RATIO} x at L, in {' and '.join(modes)}",
         _ratios_text(summary, "sinusoidal", modes, train_len, max_len),
@@ -238,7 +246,7 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
   if bounded:
     longer = {pe: [l for l in summary[pe][modes[0]] if l > size] for pe, size in bounded.items()}
     names = ", ".join(sorted(bounded))
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         f"Absolute positions from a bounded table ({names}) cannot go past their table "
         "(n/a beyond it)",
         "every length > the table size reports n/a and L itself is evaluated",
@@ -249,19 +257,20 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
             summary[pe][m][l]["status"] != "ok" for m in modes for l in ls)
                     for pe, ls in longer.items())))
   if have("rope"):
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "RoPE degrades past L (Press et al. 2022, Fig. 1)",
         f"RoPE perplexity at {x}x L >= {DEGRADE_RATIO} x at L, in {' and '.join(modes)}",
         _ratios_text(summary, "rope", modes, train_len, max_len),
         lambda: all_modes(lambda m: _ratio(summary, "rope", m, train_len, max_len)
                           >= DEGRADE_RATIO), note_if_not_held=SCALE_NOTE))
   if have("t5", "rope"):
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "The T5 bias extrapolates better than RoPE (Press et al. 2022, Fig. 1)",
         f"T5's perplexity ratio {x}x L / L < RoPE's, in {' and '.join(modes)}",
-        "; ".join(f"{m}: T5 x{study_report.fmt(_safe_ratio(summary, 't5', m, train_len, max_len))}"
-                  f" vs RoPE x{study_report.fmt(_safe_ratio(summary, 'rope', m, train_len, max_len))}"
-                  for m in modes),
+        "; ".join(
+            f"{m}: T5 x{table_cells.fmt(_safe_ratio(summary, 't5', m, train_len, max_len))}"
+            f" vs RoPE x{table_cells.fmt(_safe_ratio(summary, 'rope', m, train_len, max_len))}"
+            for m in modes),
         lambda: all_modes(lambda m: _ratio(summary, "t5", m, train_len, max_len)
                           < _ratio(summary, "rope", m, train_len, max_len))))
   paper = [pe for pe in PRESS_PES if pe in summary]
@@ -276,10 +285,10 @@ def verdicts(summary: Mapping[str, Any], *, train_len: int, max_len: int,
       overall = best(mode, summary)
       if overall not in paper:  # A later encoding beats them all: say so, with the numbers.
         text += (f" (best of all {len(summary)} PEs: {overall} "
-                 f"{study_report.fmt(_mean(summary, overall, mode, max_len))} vs alibi "
-                 f"{study_report.fmt(_mean(summary, 'alibi', mode, max_len))})")
+                 f"{table_cells.fmt(_mean(summary, overall, mode, max_len))} vs alibi "
+                 f"{table_cells.fmt(_mean(summary, 'alibi', mode, max_len))})")
       return text
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "ALiBi has the lowest perplexity at long lengths of the PEs Press et al. 2022 compare "
         f"({', '.join(paper)})",
         f"ALiBi is the best of them at {x}x L, in {' and '.join(modes)}",
@@ -323,16 +332,16 @@ def headline_table(summary: Mapping[str, Any], runs: Mapping[str, Sequence[Any]]
     cells = [pe]
     for length in settings.lengths:
       stats = summary[pe][mode].get(length, {})
-      cells.append(study_report.fmt_spread(stats) if stats.get("mean") is not None
+      cells.append(table_cells.fmt_spread(stats) if stats.get("mean") is not None
                    else "n/a")
-    losses = study_report.spread([r.valid_loss for r in runs.get(pe, [])])
-    cells.append(study_report.fmt(losses["mean"], 3))
+    losses = seed_statistics.spread([r.valid_loss for r in runs.get(pe, [])])
+    cells.append(table_cells.fmt(losses["mean"], 3))
     rows.append(cells)
   return header, rows
 
 
-def training_note(runs: Mapping[str, Sequence[study_report.RunInfo]], unigram: Optional[float],
-                  options: study_report.StudyOptions) -> str:
+def training_note(runs: Mapping[str, Sequence[trained_runs.RunInfo]], unigram: Optional[float],
+                  options: study_options.StudyOptions) -> str:
   """How far below the unigram loss the models trained (computed, not asserted)."""
   losses = [r.valid_loss for infos in runs.values() for r in infos if r.valid_loss is not None]
   if not losses or unigram is None:
@@ -346,7 +355,7 @@ def training_note(runs: Mapping[str, Sequence[study_report.RunInfo]], unigram: O
   return text
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study and writes its report; returns the results dict written to JSON.
 
@@ -361,24 +370,24 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     settings = dataclasses.replace(settings, pes=study_pes(base))
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
-  report = study_report.Report("Length extrapolation of positional encodings", study=STUDY,
+  report = markdown_report.Report("Length extrapolation of positional encodings", study=STUDY,
                                options=options)
   log(f"{STUDY}: {len(settings.pes)} PEs x {len(settings.seeds)} seeds, L={settings.train_len}, "
       f"{settings.steps} steps, eval {settings.lengths}; models in {runs_dir}")
   per_seed: Dict[str, List[list]] = {}
-  runs: Dict[str, List[study_report.RunInfo]] = {}
+  runs: Dict[str, List[trained_runs.RunInfo]] = {}
   for pe in settings.pes:
     for seed in settings.seeds:
       config = pe_config(base, pe, seed)
-      info = study_report.train_run(config, runs_dir=runs_dir, log=log)
+      info = trained_runs.train_run(config, runs_dir=runs_dir, log=log)
       rows = evaluate_run(info, config, lengths=settings.lengths, modes=MODES,
                           eval_tokens=settings.eval_tokens, log=log)
       per_seed.setdefault(pe, []).append(rows)
       runs.setdefault(pe, []).append(info)
       longest = [r for r in rows if r["length"] == settings.lengths[-1] and r["status"] == "ok"]
-      log(f"  {pe} seed {seed}: ppl at L "
-          f"{study_report.fmt([r for r in rows if r['length'] == settings.train_len][0]['perplexity'])}"
-          + (f", at {settings.lengths[-1]} {study_report.fmt(longest[0]['perplexity'])}"
+      at_train_len = [r for r in rows if r["length"] == settings.train_len][0]
+      log(f"  {pe} seed {seed}: ppl at L {table_cells.fmt(at_train_len['perplexity'])}"
+          + (f", at {settings.lengths[-1]} {table_cells.fmt(longest[0]['perplexity'])}"
              if longest else ""))
   summary = summarize(per_seed)
   report.add_runs([r for infos in runs.values() for r in infos])
@@ -387,7 +396,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                     bounded=bounded_pes(base, settings.pes)):
     report.add_verdict(v)
 
-  unigram = study_report.unigram_loss(str(base.data.name))
+  unigram = trained_runs.unigram_loss(str(base.data.name))
   report.section(
       "Setup",
       f"Decoder: {base.model.num_layers} layers, d_model {base.model.d_model}, "
@@ -409,7 +418,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
         continue
       series[pe] = [(length, s["mean"], s["min"], s["max"])
                     for length, s in summary[pe][mode].items()]
-    png = study_report.plot_curves(
+    png = eval_report.plot_curves(
         workdir / f"extrapolation_{mode}.png", series, xlabel="evaluation length (bytes)",
         ylabel="perplexity", logx=True, logy=True, vline=settings.train_len,
         vline_label=f"train length {settings.train_len}",
@@ -419,8 +428,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   loss_rows = []
   for pe in settings.pes:
     for info, seed in zip(runs.get(pe, []), settings.seeds):
-      loss_rows.append([pe, seed, info.steps, study_report.fmt(info.train_loss, 3),
-                        study_report.fmt(info.valid_loss, 3), study_report.fmt(unigram, 3),
+      loss_rows.append([pe, seed, info.steps, table_cells.fmt(info.train_loss, 3),
+                        table_cells.fmt(info.valid_loss, 3), table_cells.fmt(unigram, 3),
                         info.train_time()])
   report.table(["PE", "seed", "steps", "train loss", "valid loss at L", "unigram loss",
                 "train time"], loss_rows, caption="**Training** (nats per byte)")
@@ -432,9 +441,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       "per_seed": per_seed,
       "runs": {pe: [r.to_json() for r in infos] for pe, infos in runs.items()},
   }
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("extrapolation")
+  study_options.run_as_launch("extrapolation")

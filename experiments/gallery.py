@@ -36,7 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import study_options
 from pejax import encodings as pe_lib
 from pejax import runtime_env
 
@@ -99,8 +101,8 @@ class Check:
   held: bool
   value: float
 
-  def to_verdict(self) -> study_report.Verdict:
-    return study_report.Verdict(_cell(f"{self.prop} [{self.figure}]"), _cell(self.criterion),
+  def to_verdict(self) -> expectations.Verdict:
+    return expectations.Verdict(_cell(f"{self.prop} [{self.figure}]"), _cell(self.criterion),
                                 _cell(self.measured), bool(self.held))
 
 
@@ -571,7 +573,7 @@ _PNGS = {"sinusoid": ("sinusoid_heatmap.png", "sinusoid_similarity.png"),
          "t5": ("t5_buckets.png",), "ramps": ("rope_frequency_ramps.png",)}
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[GallerySettings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[GallerySettings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Draws every figure, checks its property and writes the report.
 
@@ -587,7 +589,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[GallerySetting
   settings = settings or settings_for(options.quick)
   out = options.report_dir(STUDY)
   out.mkdir(parents=True, exist_ok=True)
-  report = study_report.Report("Gallery of positional encodings", study=STUDY, options=options)
+  report = markdown_report.Report("Gallery of positional encodings", study=STUDY, options=options)
   report.text("No training: each figure is drawn from pejax's public functions; the verdicts "
               "below check the property each figure illustrates, numerically.")
   results: Dict[str, Any] = {"settings": dataclasses.asdict(settings)}
@@ -600,7 +602,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[GallerySetting
       report.image(out / png, title)
     report.table(["property", "criterion", "measured", "verdict"],
                  [[_cell(c.prop), _cell(c.criterion), _cell(c.measured),
-                   study_report.HELD if c.held else study_report.NOT_HELD] for c in checks],
+                   expectations.HELD if c.held else expectations.NOT_HELD] for c in checks],
                  align="llll")
     for c in checks:
       report.add_verdict(c.to_verdict())
@@ -614,4 +616,4 @@ def run(options: study_report.StudyOptions, *, settings: Optional[GallerySetting
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("gallery")
+  study_options.run_as_launch("gallery")

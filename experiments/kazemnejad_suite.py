@@ -27,9 +27,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import ml_collections
 
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import suite_study
+from experiments.algorithmic import sweep
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import pe_capabilities
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
 from pejax import runtime_env
 
 STUDY = "kazemnejad_suite"
@@ -39,34 +46,34 @@ TRAIN_MAX = {"addition": 5}  # Default 10.
 PUBLISHED_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The length-generalization study's decoder, with the user's overrides."""
   from experiments import length_generalization  # pylint: disable=g-import-not-at-top
   return length_generalization.base_config(options)
 
 
-def _spec(task: str, scale: int = 10) -> engine.TaskSpec:
+def _spec(task: str, scale: int = 10) -> sweep.TaskSpec:
   m = TRAIN_MAX.get(task, 10) * scale // 10
-  return engine.TaskSpec(task, m, tuple(range(1, 2 * m + 1)))
+  return sweep.TaskSpec(task, m, tuple(range(1, 2 * m + 1)))
 
 
-def settings_for(options: study_report.StudyOptions,
-                 config: ml_collections.ConfigDict) -> engine.Settings:
+def settings_for(options: study_options.StudyOptions,
+                 config: ml_collections.ConfigDict) -> sweep.Settings:
   """Quick: copy and parity at half size, NoPE / RoPE / sinusoidal, 1 seed, cap 1000.
   Full: the 6 tasks, every PE, 3 seeds, cap 6000 (a second run with cap 12000 for a model that
   did not fit)."""
-  runnable = study_report.runnable_pes(config)
+  runnable = pe_capabilities.runnable_pes(config)
   if options.quick:
-    return engine.Settings(
+    return sweep.Settings(
         tasks=(_spec("copy", 6), _spec("parity", 6)),
         variants=tuple(v for v in ("none", "rope", "sinusoidal") if v in runnable),
         seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000), examples=16)
   recipe = convergence.Recipe(max_steps=options.steps or 6000)
-  return engine.Settings(
+  return sweep.Settings(
       tasks=tuple(_spec(t) for t in TASKS), variants=runnable,
       seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps))
+      recipe=recipe, examples=32, rescue_steps=sweep.second_run_cap(recipe.max_steps))
 
 
 def reciprocal_ranks(scores: Mapping[str, float]) -> Dict[str, float]:
@@ -82,7 +89,7 @@ def reciprocal_ranks(scores: Mapping[str, float]) -> Dict[str, float]:
           for k, v in scores.items()}
 
 
-def mrr(settings: engine.Settings, outcomes, variants: Sequence[str]) -> Dict[str, Any]:
+def mrr(settings: sweep.Settings, outcomes, variants: Sequence[str]) -> Dict[str, Any]:
   """variant -> spread over seeds of its mean reciprocal rank over tasks among ``variants``."""
   per_seed: Dict[str, List[float]] = {v: [] for v in variants}
   for seed in settings.seeds:
@@ -96,55 +103,55 @@ def mrr(settings: engine.Settings, outcomes, variants: Sequence[str]) -> Dict[st
         sums[v] += rr
     for v in variants:
       per_seed[v].append(sums[v] / len(settings.tasks))
-  return {v: engine.seed_spread(values) for v, values in per_seed.items()}
+  return {v: seed_statistics.spread(values) for v, values in per_seed.items()}
 
 
-def _published(settings: engine.Settings) -> List[str]:
+def _published(settings: sweep.Settings) -> List[str]:
   return [v for v in PUBLISHED_MRR if v in settings.variants]
 
 
-def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:
+def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.Verdict]:
   """NoPE has the highest MRR of the published five; absolute positions the lowest."""
   five = _published(settings)
   if "none" not in five or len(five) < 2:
     return []
   ranks = mrr(settings, outcomes, five)
   published = ", ".join(f"{v} {PUBLISHED_MRR[v]:.2f}" for v in five)
-  out = [engine.spread_verdict(
+  out = [seed_comparison.spread_verdict(
       f"NoPE has the highest MRR over the tasks (Kazemnejad et al. 2023: {published})",
       {"none": ranks["none"]}, {v: ranks[v] for v in five if v != "none"},
       "every seed's MRR of none above every seed's MRR of each other PE, medians >= "
-      f"{engine.MARGIN:g} apart")]
+      f"{seed_comparison.MARGIN:g} apart")]
   if "sinusoidal" in five:
-    out.append(engine.spread_verdict(
+    out.append(seed_comparison.spread_verdict(
         "absolute positions (APE) have the lowest MRR (Kazemnejad et al. 2023: 0.22)",
         {v: ranks[v] for v in five if v != "sinusoidal"}, {"sinusoidal": ranks["sinusoidal"]},
         "every seed's MRR of each other PE above every seed's MRR of sinusoidal, medians >= "
-        f"{engine.MARGIN:g} apart"))
+        f"{seed_comparison.MARGIN:g} apart"))
   return out
 
 
-def extra(report: study_report.Report, summary, settings: engine.Settings,
+def extra(report: markdown_report.Report, summary, settings: sweep.Settings,
           outcomes) -> Dict[str, Any]:
   """The MRR tables: among the published five (with the paper's numbers) and among all PEs."""
   five = _published(settings)
   ranks5 = mrr(settings, outcomes, five) if five else {}
   ranks_all = mrr(settings, outcomes, [v for v in settings.variants
-                                       if not engine.parse_variant(v)[1]])
+                                       if not sweep.parse_variant(v)[1]])
   report.section("Mean reciprocal rank", "Ranks per task by OOD exact match (unfit seeds "
                  "count 0; ties share the better rank, so a task where every PE scores 0 gives "
                  "each rank 1), MRR per seed, median [min-max] over seeds.")
   if five:
     report.table(["PE", "MRR (measured, among the five)", "MRR (published)"],
-                 [[v, engine.cell(ranks5[v], 2), f"{PUBLISHED_MRR[v]:.2f}"] for v in
+                 [[v, table_cells.median_cell(ranks5[v], 2), f"{PUBLISHED_MRR[v]:.2f}"] for v in
                   sorted(five, key=lambda v: -(ranks5[v]["median"] or 0.0))])
   report.table(["PE", "MRR among every PE run"],
-               [[v, engine.cell(s, 2)] for v, s in
+               [[v, table_cells.median_cell(s, 2)] for v, s in
                 sorted(ranks_all.items(), key=lambda kv: -(kv[1]["median"] or 0.0))])
   return {"mrr_published_five": ranks5, "mrr_all": ranks_all}
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[engine.Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains, tests and reports the suite (see the module docstring).
 
@@ -158,7 +165,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
-  return engine.run_study(
+  return suite_study.run_study(
       options, study=STUDY, title="Kazemnejad et al. 2023 tasks and their MRR summary",
       base=base, settings=settings, family="Kazemnejad tasks", verdicts=verdicts,
       extra=extra, log=log)
@@ -166,4 +173,4 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch(STUDY)
+  study_options.run_as_launch(STUDY)

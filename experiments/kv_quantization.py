@@ -36,8 +36,15 @@ import ml_collections
 import numpy as np
 
 from experiments import streaming_llm
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
+from pejax import machine
 from pejax import runtime_env
+from pejax.eval import report as eval_report
 
 STUDY = "kv_quantization"
 # Cache dtype name -> the init_cache argument (float32 = the models' compute dtype).
@@ -68,7 +75,7 @@ class Settings:
     return [self.train_len * m for m in self.multipliers]
 
 
-def settings_for(options: study_report.StudyOptions,
+def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
   """1, 2, 4, 8 x L; 16K tokens per length (quick: 2K)."""
   return Settings(train_len=int(config.data.train_len), multipliers=(1, 2, 4, 8),
@@ -157,7 +164,7 @@ def relative_change(value: Optional[float], reference: Optional[float]) -> Optio
 
 
 def verdicts(table: Mapping[str, Mapping[int, Mapping[str, Mapping[str, Any]]]], *,
-             train_len: int) -> List[study_report.Verdict]:
+             train_len: int) -> List[expectations.Verdict]:
   """int8 within the target at every (PE, length) of ``table`` (pe -> length -> dtype -> row)."""
   out = []
   for pe, by_length in table.items():
@@ -165,11 +172,11 @@ def verdicts(table: Mapping[str, Mapping[int, Mapping[str, Mapping[str, Any]]]],
       ref = row.get("float32", {}).get("perplexity")
       q = row.get("int8", {}).get("perplexity")
       change = relative_change(q, ref)
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"{pe} at {length} ({length // train_len}x L): an int8 KV cache (per-token scales) "
           "leaves perplexity within 1% (the issue's target; KVQuant, Hooper et al. 2024)",
           f"abs(int8 / float32 - 1) <= {INT8_TARGET_PERCENT:g}%",
-          f"float32 {study_report.fmt(ref, 3)}, int8 {study_report.fmt(q, 3)} "
+          f"float32 {table_cells.fmt(ref, 3)}, int8 {table_cells.fmt(q, 3)} "
           f"({_signed(change)})",
           lambda change=change: abs(change) <= INT8_TARGET_PERCENT))
   return out
@@ -179,26 +186,26 @@ def _signed(percent: Optional[float]) -> str:
   return "n/a" if percent is None else f"{percent:+.3f}%"
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study and writes its report; returns the results written to JSON."""
   base = streaming_llm.base_config(options)
   settings = settings or settings_for(options, base)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)
-  report = study_report.Report("Quantized KV cache: perplexity of float32, bfloat16, int8, fp8",
+  report = markdown_report.Report("Quantized KV cache: perplexity of float32, bfloat16, int8, fp8",
                                study=STUDY, options=options)
   report.decided_by = "the full run (the streaming_llm models at L = 1024, 16K tokens a length)"
   log(f"{STUDY}: {', '.join(settings.pes)} (the {streaming_llm.STUDY} models, L="
       f"{settings.train_len}); cache dtypes {list(settings.dtypes)} at {settings.lengths}")
   models = streaming_llm.train_models(options, pes=settings.pes, log=log)
   report.add_runs([info for _, info in models.values()])
-  valid = study_report.load_corpus(str(base.data.name)).valid
+  valid = trained_runs.load_corpus(str(base.data.name)).valid
   table: Dict[str, Dict[int, Dict[str, Dict[str, Any]]]] = {}
   for pe, (config, info) in models.items():
 
     def compute(config=config, info=info, pe=pe):
-      model = study_report.load_model(info.run_dir, config)
+      model = trained_runs.load_model(info.run_dir, config)
       out = {}
       for length in settings.lengths:
         row = {}
@@ -207,14 +214,14 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                                                       max_tokens=settings.eval_tokens)
         ref = row["float32"]["perplexity"]
         log(f"  {pe} {length}: " + ", ".join(
-            f"{d} {study_report.fmt(r['perplexity'], 3)} "
+            f"{d} {table_cells.fmt(r['perplexity'], 3)} "
             f"({_signed(relative_change(r['perplexity'], ref))})" for d, r in row.items()))
         out[str(length)] = row
       return out
 
     key = {"lengths": settings.lengths, "eval_tokens": settings.eval_tokens,
            "dtypes": list(settings.dtypes), "steps": info.steps}
-    cells = study_report.cached(info.run_dir / f"study_{STUDY}.json", key, compute)
+    cells = result_cache.cached(info.run_dir / f"study_{STUDY}.json", key, compute)
     table[pe] = {int(l): row for l, row in cells.items()}
   for v in verdicts(table, train_len=settings.train_len):
     report.add_verdict(v)
@@ -237,8 +244,8 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       cells = [pe, f"{length} ({length // settings.train_len}x)", row["float32"]["tokens"]]
       for d in ("no cache",) + tuple(settings.dtypes):
         p = row[d]["perplexity"]
-        cells.append(study_report.fmt(p, 3) if d in ("no cache", "float32") else
-                     f"{study_report.fmt(p, 3)} ({_signed(relative_change(p, ref))})")
+        cells.append(table_cells.fmt(p, 3) if d in ("no cache", "float32") else
+                     f"{table_cells.fmt(p, 3)} ({_signed(relative_change(p, ref))})")
       rows.append(cells)
   report.table(header, rows, caption="**Perplexity by cache dtype** (relative change vs the "
                "float32 cache in parentheses)")
@@ -247,7 +254,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     for d in settings.dtypes[1:]:
       series[f"{pe} {d}"] = [(l, relative_change(r[d]["perplexity"], r["float32"]["perplexity"]))
                              for l, r in by_length.items()]
-  png = study_report.plot_curves(
+  png = eval_report.plot_curves(
       workdir / "kv_quantization.png", series, xlabel="evaluation length (bytes)",
       ylabel="perplexity change vs float32 cache (%)", logx=True,
       vline=settings.train_len, vline_label=f"train length {settings.train_len}",
@@ -255,11 +262,11 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       styles={k: ("-" if k.startswith("rope") else "--") for k in series},
       title="Quantized KV cache: relative perplexity change")
   report.image(png, "relative perplexity change vs length")
-  time_rows = [[pe, study_report.fmt(sum(r["seconds"] for row in by_length.values()
+  time_rows = [[pe, table_cells.fmt(sum(r["seconds"] for row in by_length.values()
                                          for r in row.values()), 0)]
                for pe, by_length in table.items()]
   report.table(["PE", "wall s (all lengths and dtypes)"], time_rows,
-               caption=f"**Compute** ({study_report.machine()}). Reproduce: "
+               caption=f"**Compute** ({machine.describe_machine()}). Reproduce: "
                f"`{options.command_line()}`")
   results = {"settings": {**dataclasses.asdict(settings), "lengths": settings.lengths},
              "table": {pe: {str(l): row for l, row in by_length.items()}
@@ -270,9 +277,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                                for d in row} for l, row in by_length.items()}
                  for pe, by_length in table.items()},
              "runs": {pe: info.to_json() for pe, (_, info) in models.items()}}
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch(STUDY)
+  study_options.run_as_launch(STUDY)

@@ -17,7 +17,7 @@ then scored on every size up to ``4 n_train``.
   ``0..k-1`` positions are scored too. NoPE is not combined (it ignores positions).
 * The PEs are every registered PE that can serve the study's decoder, chosen by capability; a
   PE added as one file joins the study.
-* Verdicts use the seed spread (:func:`experiments.algorithmic.engine.compare`); quick mode (one
+* Verdicts use the seed spread (:func:`experiments.algorithmic.seed_comparison.compare`); quick mode (one
   seed) is labelled indicative.
 
 References:
@@ -33,9 +33,20 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import ml_collections
 
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import model_runs
+from experiments.algorithmic import report_sections
+from experiments.algorithmic import scoring
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import suite_study
+from experiments.algorithmic import sweep
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import pe_capabilities
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
 from pejax import runtime_env
 
 STUDY = "length_generalization"
@@ -44,16 +55,16 @@ TASKS = ("copy", "reverse")
 TRAIN_MAX = 8  # Largest training string size.
 QUICK_TRAIN_MAX = 6
 TEST_MULTIPLE = 4  # Sizes are tested up to TEST_MULTIPLE * TRAIN_MAX.
-parse_variant = engine.parse_variant
+parse_variant = sweep.parse_variant
 
 
-def recipe_for(options: study_report.StudyOptions) -> convergence.Recipe:
+def recipe_for(options: study_options.StudyOptions) -> convergence.Recipe:
   """Full: cap 6000 steps (``--steps`` changes the cap); quick: cap 1000."""
   return convergence.Recipe(max_steps=options.steps or (1000 if options.quick else 6000),
                             check_every=100)
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The decoder every algorithmic study trains, with the user's overrides.
 
   Full mode: 4 layers, d_model 64, 4 heads, AdamW lr 3e-3, warm-up 50, batch 32, cosine decay
@@ -73,19 +84,19 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
   config.data.batch_size = 32
   config.optim.learning_rate = 3e-3
   config.optim.warmup_steps = 50
-  study_report.apply_overrides(config, options.overrides)
+  study_options.apply_overrides(config, options.overrides)
   return config
 
 
 def quick_variants(base: ml_collections.ConfigDict) -> tuple:
   """One PE of each kind (registry order): position-blind, absolute, rotary, rotary+randomized."""
-  names = study_report.runnable_pes(base)
-  blind = next((n for n in names if not engine.uses_positions(n)), None)
-  absolute = next((n for n in names if engine.is_absolute(n)
-                   and study_report.pe_max_length(_with_pe(base, n)) is None), None)
+  names = pe_capabilities.runnable_pes(base)
+  blind = next((n for n in names if not pe_capabilities.uses_positions(n)), None)
+  absolute = next((n for n in names if pe_capabilities.is_absolute(n)
+                   and pe_capabilities.pe_max_length(_with_pe(base, n)) is None), None)
   rotary = next((n for n in names if n == "rope"), None)
   picks = [p for p in (blind, absolute, rotary) if p]
-  return tuple(picks) + ((rotary + engine.RANDOMIZED,) if rotary else ())
+  return tuple(picks) + ((rotary + sweep.RANDOMIZED,) if rotary else ())
 
 
 def _with_pe(base: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
@@ -96,32 +107,32 @@ def _with_pe(base: ml_collections.ConfigDict, name: str) -> ml_collections.Confi
 
 
 def task_specs(tasks=TASKS, train_max: int = TRAIN_MAX) -> tuple:
-  return tuple(engine.TaskSpec(t, train_max, tuple(range(1, TEST_MULTIPLE * train_max + 1)))
+  return tuple(sweep.TaskSpec(t, train_max, tuple(range(1, TEST_MULTIPLE * train_max + 1)))
                for t in tasks)
 
 
-def settings_for(options: study_report.StudyOptions,
-                 config: ml_collections.ConfigDict) -> engine.Settings:
+def settings_for(options: study_options.StudyOptions,
+                 config: ml_collections.ConfigDict) -> sweep.Settings:
   """Quick: copy (sizes <= 6), 4 variants, 1 seed, cap 1000. Full: both tasks, every variant,
   3 seeds, cap 6000 and a second run with cap 12000 for a model that did not fit."""
   if options.quick:
-    return engine.Settings(tasks=task_specs(("copy",), QUICK_TRAIN_MAX),
+    return sweep.Settings(tasks=task_specs(("copy",), QUICK_TRAIN_MAX),
                            variants=quick_variants(config),
                            seeds=tuple(options.seed_list((0,))), recipe=recipe_for(options),
                            examples=16)
   recipe = recipe_for(options)
-  return engine.Settings(tasks=task_specs(), variants=engine.all_variants(config),
+  return sweep.Settings(tasks=task_specs(), variants=sweep.all_variants(config),
                          seeds=tuple(options.seed_list((0, 1, 2))), recipe=recipe,
-                         rescue_steps=engine.second_run_cap(recipe.max_steps))
+                         rescue_steps=sweep.second_run_cap(recipe.max_steps))
 
 
 def claims(variants) -> List[tuple]:
   """(expectation, winners, losers) by capability: NoPE / relative biases vs absolute PEs, and
   randomized vs plain positions."""
   plain = [v for v in variants if not parse_variant(v)[1]]
-  absolute = [v for v in plain if engine.is_absolute(v)]
-  blind = [v for v in plain if not engine.uses_positions(v)]
-  relative = [v for v in plain if engine.is_relative_bias(v)]
+  absolute = [v for v in plain if pe_capabilities.is_absolute(v)]
+  blind = [v for v in plain if not pe_capabilities.uses_positions(v)]
+  relative = [v for v in plain if pe_capabilities.is_relative_bias(v)]
   out = [("NoPE generalizes to longer inputs better than absolute PEs (Kazemnejad et al. 2023)",
           blind, absolute),
          ("relative-bias PEs (T5, ALiBi, ...) generalize better than absolute PEs (Kazemnejad "
@@ -134,18 +145,18 @@ def claims(variants) -> List[tuple]:
   return [c for c in out if c[1] and c[2]]
 
 
-def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: engine.Settings
-             ) -> List[study_report.Verdict]:
+def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: sweep.Settings
+             ) -> List[expectations.Verdict]:
   """Per task and claim, on OOD exact match over the fitting seeds."""
   out = []
   for task, entries in summary.items():
     for expectation, winners, losers in claims(list(entries)):
-      out.append(engine.group_verdict(f"{task}: {expectation}", entries, winners, losers,
+      out.append(seed_comparison.group_verdict(f"{task}: {expectation}", entries, winners, losers,
                                       settings.recipe, rescue_steps=settings.rescue_steps))
   return out
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[engine.Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains every (task, variant, seed) to convergence, tests by size, writes the report.
 
@@ -156,48 +167,49 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
 
   Returns:
     The results dict written to ``results.json`` (with ``options.shard``: the shard's count;
-    with ``options.progress``: :func:`engine.progress_summary`'s, nothing trained).
+    with ``options.progress``: :func:`~experiments.algorithmic.sweep_progress.progress_summary`'s, nothing trained).
   """
   started = time.time()
   base = base_config(options)
-  settings = engine.select_variants(settings or settings_for(options, base), options.pes)
+  settings = sweep.select_variants(settings or settings_for(options, base), options.pes)
   runs_dir = options.kept_models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)
   log(f"{STUDY}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
-  partial = engine.run_without_report(options, base, settings, study=STUDY, runs_dir=runs_dir,
+  partial = suite_study.run_without_report(options, base, settings, study=STUDY, runs_dir=runs_dir,
                                       log=log)
   if partial is not None:
     return partial
-  outcomes = engine.run_models(base, settings, runs_dir=runs_dir, log=log)
-  summary = engine.summaries(settings, outcomes)
-  report = engine.report_for("Length generalization on copy and reverse", study=STUDY,
+  outcomes = model_runs.run_models(base, settings, runs_dir=runs_dir, log=log)
+  summary = seed_summary.summaries(settings, outcomes)
+  report = report_sections.report_for("Length generalization on copy and reverse", study=STUDY,
                              options=options, settings=settings)
   report.started = started  # The header's wall time covers the training.
   for v in verdicts(summary, settings):
     report.add_verdict(v)
-  engine.write_common(report, base, settings, outcomes, summary, workdir)
+  report_sections.write_common(report, base, settings, outcomes, summary, workdir)
   rows = []
   for spec in settings.tasks:
     for variant, e in summary[spec.name].items():
       if parse_variant(variant)[1]:
-        arange = engine.seed_spread([
-            engine.aggregate(outcomes[(spec.name, variant, s)].evals["arange"], spec)["ood"]
+        arange = seed_statistics.spread([
+            scoring.aggregate(outcomes[(spec.name, variant, s)].evals["arange"], spec)["ood"]
             for s in settings.seeds if outcomes[(spec.name, variant, s)].fit.fit])
-        rows.append([spec.name, variant, engine.cell(e["ood"], 3) if e["fit"] else "did not fit",
-                     engine.cell(arange, 3) if e["fit"] else "did not fit"])
+        rows.append([spec.name, variant, table_cells.median_cell(e["ood"],
+                                                                 3) if e["fit"] else "did not fit",
+                     table_cells.median_cell(arange, 3) if e["fit"] else "did not fit"])
   if rows:
     report.section("Randomized positions: both test protocols")
     report.table(["task", "variant", "OOD, sampled positions (paper)", "OOD, positions 0..k-1"],
                  rows)
-  results = engine.results_payload(settings, summary, outcomes)
-  results["leaderboard"] = {"copy / reverse": engine.leaderboard_entry(settings, outcomes)}
+  results = report_sections.results_payload(settings, summary, outcomes)
+  results["leaderboard"] = {"copy / reverse": seed_summary.leaderboard_entry(settings, outcomes)}
   results["verdicts"] = [v.to_json() for v in report.verdicts]
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("length_generalization")
+  study_options.run_as_launch("length_generalization")

@@ -51,9 +51,15 @@ import ml_collections
 import numpy as np
 
 from experiments import context_extension
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_comparison
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
 from pejax import runtime_env
 
 STUDY = "passkey_scaling"
@@ -104,7 +110,7 @@ class Settings:
     return self.train_len * self.finetune_multiplier
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """A RoPE decoder (2 layers, d_model 128, lr 2e-3, batch 16) on the stdlib corpus."""
   from pejax import experiment_config  # pylint: disable=g-import-not-at-top
   config = experiment_config.get_default_config()
@@ -116,11 +122,11 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
   config.model.num_layers = 2
   config.optim.learning_rate = 2e-3
   config.optim.warmup_steps = 100
-  study_report.apply_overrides(config, options.overrides)
+  study_options.apply_overrides(config, options.overrides)
   return config
 
 
-def settings_for(options: study_report.StudyOptions,
+def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
   """Quick: cap 1500 steps, fine-tunes of 100 steps, 1 seed. Full: cap 6000, 300, 3 seeds."""
   cap = options.steps or (1500 if options.quick else 6000)
@@ -133,7 +139,7 @@ def settings_for(options: study_report.StudyOptions,
 
 
 def _text(split: str) -> np.ndarray:
-  corpus = study_report.load_corpus("stdlib")
+  corpus = trained_runs.load_corpus("stdlib")
   return np.asarray(corpus.train if split == "train" else corpus.valid, dtype=np.uint8)
 
 
@@ -186,11 +192,11 @@ def train_base(config: ml_collections.ConfigDict, settings: Settings, *,
 
 def scaled_pe(config: ml_collections.ConfigDict, name: str, factor: float):
   """The config's RoPE with scaling ``name`` at ``factor`` (``None`` for ``"none"``)."""
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
   if name == "none":
     return None
-  model_config = experiment.decoder_config_from(config)
-  return experiment.with_rope_scaling(model_config.pe, name, factor=factor,
+  model_config = decoder_from_config.decoder_config_from(config)
+  return decoder_from_config.with_rope_scaling(model_config.pe, name, factor=factor,
                                       original_max_position=int(config.data.train_len),
                                       head_dim=model_config.head_dim)
 
@@ -254,7 +260,7 @@ def evaluate_seed(config: ml_collections.ConfigDict, settings: Settings, *,
   key = {"lengths": settings.lengths, "depths": list(settings.depths),
          "examples": settings.examples, "scalings": list(settings.scalings),
          "finetuned": {n: str(t.run_dir) for n, t in tunes.items()}, "version": 1}
-  grids = study_report.cached(pathlib.Path(base.run_dir) / "passkey_eval.json", key, compute)
+  grids = result_cache.cached(pathlib.Path(base.run_dir) / "passkey_eval.json", key, compute)
   return {"base": base, "finetunes": tunes, **grids}
 
 
@@ -271,7 +277,7 @@ def beyond(cells: Sequence[Mapping[str, Any]], train_len: int) -> Optional[float
 
 
 def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
-             subject: str = "the trained model") -> List[study_report.Verdict]:
+             subject: str = "the trained model") -> List[expectations.Verdict]:
   """Published claims on seed spreads.
 
   Args:
@@ -287,13 +293,14 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
   working = numbers.get("retrieving")
   majority = working is None or 2 * working["n"] > working["of"]
   if working is None:
-    sanity = ("every seed's accuracy at L >= " f"{RETRIEVES_AT_L}", engine.cell(at_l, 3))
+    sanity = ("every seed's accuracy at L >= " f"{RETRIEVES_AT_L}", table_cells.median_cell(at_l,
+                                                                                            3))
   else:
     sanity = (f"a majority of seeds retrieve (held-out accuracy at L >= {RETRIEVES_AT_L}) and "
               f"each of them scores >= {RETRIEVES_AT_L} at L on the test prompts",
               f"{working['n']} of {working['of']} seeds retrieve; at L "
-              f"{engine.cell(at_l, 3)}")
-  out = [study_report.verdict(
+              f"{table_cells.median_cell(at_l, 3)}")
+  out = [expectations.verdict(
       f"Sanity: {subject} retrieves the key at its training length", *sanity,
       lambda: None if at_l["n"] == 0 else (majority and at_l["min"] >= RETRIEVES_AT_L),
       note="" if not working or not working["left_out"] else (
@@ -304,48 +311,48 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
       f"{subject} did not retrieve at L (in a majority of seeds), so extension beyond L is not "
       "judged on a working retriever.")
   if "none" in beyond_l:
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "Without scaling, RoPE fails to retrieve beyond L (Chen et al. 2023, Fig. 2)",
         f"every seed's mean accuracy of plain RoPE over lengths > L <= {FAILS_BEYOND}",
-        f"none {engine.cell(beyond_l['none'], 3)}",
+        f"none {table_cells.median_cell(beyond_l['none'], 3)}",
         lambda: None if not retrieves else beyond_l["none"]["max"] <= FAILS_BEYOND, note=note))
   for name, who in (("ntk", "NTK-aware (bloc97 2023)"), ("dynamic", "Dynamic NTK (bloc97 2023)"),
                     ("yarn", "YaRN (Peng et al. 2023)")):
     if name in beyond_l and "none" in beyond_l and "linear" in beyond_l:
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"Zero-shot, {who} retrieves beyond L better than no scaling and PI",
           f"mean accuracy over lengths > L: every seed of {name} above every seed of none and "
           f"of linear, medians >= {BETTER_BY} apart",
-          engine.describe({k: beyond_l[k] for k in (name, "none", "linear")}),
-          lambda name=name: None if not retrieves else engine.compare(
+          seed_comparison.describe({k: beyond_l[k] for k in (name, "none", "linear")}),
+          lambda name=name: None if not retrieves else seed_comparison.compare(
               {name: beyond_l[name]}, {"none": beyond_l["none"], "linear": beyond_l["linear"]},
-              margin=BETTER_BY), note=note, note_if_not_held=engine.why_not(
+              margin=BETTER_BY), note=note, note_if_not_held=seed_comparison.why_not(
                   {name: beyond_l[name]}, {"none": beyond_l["none"],
                                            "linear": beyond_l["linear"]}, margin=BETTER_BY)))
   ft_at, ft_beyond = numbers["ft_at"], numbers["ft_beyond"]
   for name, who in (("linear", "PI (Chen et al. 2023)"), ("yarn", "YaRN (Peng et al. 2023)")):
     if name in ft_at:
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"A short fine-tune at {settings.finetune_multiplier}L with {who} retrieves at "
           f"{settings.finetune_multiplier}L",
           f"every seed's accuracy at {settings.finetune_multiplier}L after "
           f"{settings.finetune_steps} steps >= {RETRIEVES_AT_L}",
-          engine.cell(ft_at[name], 3),
+          table_cells.median_cell(ft_at[name], 3),
           lambda name=name: None if not retrieves else ft_at[name]["min"] >= RETRIEVES_AT_L,
           note=note, note_if_not_held=(
-              f"Reason: its lowest seed scores {study_report.fmt(ft_at[name]['min'], 3)} at "
+              f"Reason: its lowest seed scores {table_cells.fmt(ft_at[name]['min'], 3)} at "
               f"{settings.finetune_multiplier}L." if ft_at[name].get("min") is not None
               else "")))
   if "yarn" in ft_beyond and "linear" in ft_beyond:
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "Fine-tuned YaRN extrapolates beyond its fine-tuning length better than fine-tuned PI "
         "(Peng et al. 2023)",
         f"accuracy beyond {settings.finetune_multiplier}L: every seed of yarn above every seed "
         f"of linear, medians >= {BETTER_BY} apart",
-        engine.describe({k: ft_beyond[k] for k in ("yarn", "linear")}),
-        lambda: None if not retrieves else engine.compare(
+        seed_comparison.describe({k: ft_beyond[k] for k in ("yarn", "linear")}),
+        lambda: None if not retrieves else seed_comparison.compare(
             {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY),
-        note=note, note_if_not_held=engine.why_not(
+        note=note, note_if_not_held=seed_comparison.why_not(
             {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY)))
   return out
 
@@ -413,26 +420,26 @@ def pretrained_context(hf_dir: str, model, overrides: Mapping[str, Any]) -> int:
   return original
 
 
-def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
+def run_pretrained(options: study_options.StudyOptions, hf_dir: str, *,
                    log: Callable[[str], None] = print) -> Dict[str, Any]:
   """The zero-shot half of the study on a pretrained checkpoint (``--init_from_hf=DIR``)."""
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
   from pejax import hf  # pylint: disable=g-import-not-at-top
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
+  from pejax import experiment_config  # pylint: disable=g-import-not-at-top
   from pejax.train import pretrained  # pylint: disable=g-import-not-at-top
   # launch.py prints a ConfigError as a one-line usage error.
   model, tokenizer = pretrained.load_checkpoint(hf_dir)
   try:
     L = pretrained_context(hf_dir, model, options.overrides)
   except ValueError as e:
-    raise experiment.ConfigError(f"--init_from_hf={hf_dir}: {e}") from None
+    raise experiment_config.ConfigError(f"--init_from_hf={hf_dir}: {e}") from None
   multipliers = (1, 2) if options.quick else (1, 2, 4)
   lengths = [L * m for m in multipliers]
   examples = 4 if options.quick else 16
   depths = (0.0, 0.5, 1.0) if options.quick else DEPTHS
   label = pathlib.Path(hf_dir).resolve().name
   workdir = options.report_dir(STUDY)
-  report = study_report.Report(f"Passkey retrieval beyond the original context of {label}: "
+  report = markdown_report.Report(f"Passkey retrieval beyond the original context of {label}: "
                                "zero-shot RoPE scalings", study=STUDY, options=options)
   report.indicative = f"one pretrained model, {examples} prompts per cell"
   report.decided_by = "a full run (16 prompts per cell, 5 depths, 1x-4x L)"
@@ -440,7 +447,7 @@ def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
     from pejax.data import passkey_text  # pylint: disable=g-import-not-at-top
     passkey_text.passkey_text_example(tokenizer, length=L, depth=1.0, seed=0)
   except ValueError as e:
-    raise experiment.ConfigError(
+    raise experiment_config.ConfigError(
         f"the original context L={L} of {hf_dir} cannot hold the passkey prompt with its "
         f"tokenizer ({e}); pass --train_len=<a longer L>") from None
   log(f"{STUDY}: pretrained {hf_dir} ({model.config.num_layers} layers, d={model.config.d_model}"
@@ -465,9 +472,9 @@ def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
         cells.append({"length": cell["length"], "depth": cell["depth"],
                       "accuracy": cell["accuracy"], "status": cell["status"]})
       log(f"  {name:8s} at {length}: mean accuracy "
-          f"{study_report.fmt(mean_accuracy(cells, length), 2)}")
+          f"{table_cells.fmt(mean_accuracy(cells, length), 2)}")
     grids[name] = cells
-  spread = lambda value: engine.seed_spread([value])
+  spread = lambda value: seed_statistics.spread([value])
   numbers = {"at_L": spread(mean_accuracy(grids["none"], L)),
              "beyond": {n: spread(beyond(grids[n], L)) for n in SCALINGS},
              "ft_at": {}, "ft_beyond": {}}
@@ -490,8 +497,8 @@ def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
       f"- compute: {time.time() - started:.0f} s on this machine"]
       + ([f"- skipped cells: {', '.join(needed)}"] if needed else [])))
   header = ["scaling"] + [f"{l // L}x ({l})" for l in lengths] + ["mean > L"]
-  rows = [[n] + [study_report.fmt(mean_accuracy(grids[n], l), 2) for l in lengths]
-          + [engine.cell(numbers["beyond"][n], 2)] for n in SCALINGS]
+  rows = [[n] + [table_cells.fmt(mean_accuracy(grids[n], l), 2) for l in lengths]
+          + [table_cells.median_cell(numbers["beyond"][n], 2)] for n in SCALINGS]
   report.table(header, rows, caption="**Zero-shot passkey accuracy by length** (mean over "
                "depths)")
   png = plot_heatmaps(workdir / "passkey_heatmaps.png", grids, lengths=lengths, depths=depths)
@@ -499,18 +506,18 @@ def run_pretrained(options: study_report.StudyOptions, hf_dir: str, *,
   results = {"pretrained": str(pathlib.Path(hf_dir).resolve()), "train_len": L,
              "lengths": lengths, "depths": list(depths), "examples": examples,
              "numbers": numbers, "zero_shot": grids}
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 def scaled_pe_of(model, name: str, *, factor: float, original: int):
   """A loaded model's RoPE config with scaling ``name`` at ``factor`` over ``original``."""
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  return experiment.with_rope_scaling(model.config.pe, name, factor=factor,
+  from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
+  return decoder_from_config.with_rope_scaling(model.config.pe, name, factor=factor,
                                       original_max_position=original,
                                       head_dim=model.config.head_dim)
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study and writes its report; returns the results written to JSON.
 
@@ -524,7 +531,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   settings = settings or settings_for(options, base)
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
-  report = study_report.Report("Passkey retrieval beyond the training length: zero-shot "
+  report = markdown_report.Report("Passkey retrieval beyond the training length: zero-shot "
                                "scalings and short fine-tunes", study=STUDY, options=options)
   if options.quick or len(settings.seeds) < 2:
     report.indicative = (f"{len(settings.seeds)} seed, at most {settings.recipe.max_steps} "
@@ -538,7 +545,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       config.seed = int(seed)
     per_seed.append(evaluate_seed(config, settings, runs_dir=runs_dir, log=log))
   L = settings.train_len
-  spread = lambda values: engine.seed_spread(list(values))
+  spread = lambda values: seed_statistics.spread(list(values))
   # A seed whose base model never retrieved at L cannot judge a scaling (the issue's point):
   # the numbers and tables are over the retrieving seeds (``judged``), when there is any.
   judged = [s for s in per_seed if s["base"].fit] or per_seed
@@ -588,13 +595,15 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
   ]))
   zs = {n: _mean_grid([s["zero_shot"][n] for s in judged]) for n in settings.scalings}
   header = ["scaling"] + [f"{l // L}x ({l})" for l in settings.lengths] + ["mean > L"]
-  rows = [[n] + [engine.cell(spread(mean_accuracy(s["zero_shot"][n], l) for s in judged), 2)
-                 for l in settings.lengths] + [engine.cell(numbers["beyond"][n], 2)]
+  rows = [[n] + [table_cells.median_cell(spread(mean_accuracy(s["zero_shot"][n],
+                                                              l) for s in judged), 2)
+                 for l in settings.lengths] + [table_cells.median_cell(numbers["beyond"][n], 2)]
           for n in settings.scalings]
   report.table(header, rows, caption="**Zero-shot passkey accuracy by length** (mean over "
                "depths; median [min-max] over seeds)")
   ft_lengths = [l for l in settings.lengths if l >= settings.finetune_len]
-  rows = [[f"{n} (fine-tuned)"] + [engine.cell(spread(mean_accuracy(s["finetuned"][n], l)
+  rows = [[f"{n} (fine-tuned)"] + [table_cells.median_cell(spread(mean_accuracy(s["finetuned"][n],
+                                                                                l)
                                                       for s in judged), 2)
                                    for l in ft_lengths] for n in settings.finetune_scalings]
   report.table(["fine-tune"] + [f"{l // L}x ({l})" for l in ft_lengths], rows,
@@ -609,9 +618,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                            "finetunes": {n: t.to_json() for n, t in s["finetunes"].items()},
                            "zero_shot": s["zero_shot"], "finetuned": s["finetuned"]}
                           for s in per_seed]}
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("passkey_scaling")
+  study_options.run_as_launch("passkey_scaling")

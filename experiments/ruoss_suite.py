@@ -36,9 +36,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ml_collections
 
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import suite_study
+from experiments.algorithmic import sweep
+from experiments.study import expectations
+from experiments.study import pe_capabilities
+from experiments.study import study_options
 from pejax import runtime_env
 
 STUDY = "ruoss_suite"
@@ -50,61 +55,62 @@ TRAIN_MAX = 40
 TEST_SIZES = (50, 60, 80, 100, 150, 200, 300, 400, 500)
 QUICK_TRAIN_MAX = 8
 QUICK_TEST_SIZES = (12, 16, 24, 32)
-METRIC = "token_accuracy"  # Ruoss et al. 2023 score per token (engine.METRICS).
+METRIC = "token_accuracy"  # Ruoss et al. 2023 score per token (sweep.METRICS).
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The length-generalization study's decoder, with the user's overrides."""
   from experiments import length_generalization  # pylint: disable=g-import-not-at-top
   return length_generalization.base_config(options)
 
 
-def _spec(task: str, train_max: int, test_sizes: tuple) -> engine.TaskSpec:
+def _spec(task: str, train_max: int, test_sizes: tuple) -> sweep.TaskSpec:
   from pejax.data import synthetic  # pylint: disable=g-import-not-at-top
   lo = synthetic.get_task(task).size_range(1024)[0]
   sizes = tuple(range(lo, train_max + 1, max(1, train_max // 10))) + tuple(test_sizes)
-  return engine.TaskSpec(task, train_max, tuple(sorted(set(sizes))), train_min=lo)
+  return sweep.TaskSpec(task, train_max, tuple(sorted(set(sizes))), train_min=lo)
 
 
-def settings_for(options: study_report.StudyOptions,
-                 config: ml_collections.ConfigDict) -> engine.Settings:
+def settings_for(options: study_options.StudyOptions,
+                 config: ml_collections.ConfigDict) -> sweep.Settings:
   """Quick: 2 tasks, rope with and without randomized positions, 1 seed, sizes to 32, cap 1000.
   Full: 9 tasks, every PE with and without, 3 seeds, train <= 40, test to 500, cap 6000 (a
   second run with cap 12000 for a model that did not fit)."""
   if options.quick:
-    variants = tuple(v for v in ("rope", "rope" + engine.RANDOMIZED)
-                     if engine.parse_variant(v)[0] in study_report.runnable_pes(config))
-    return engine.Settings(
+    variants = tuple(v for v in ("rope", "rope" + sweep.RANDOMIZED)
+                     if sweep.parse_variant(v)[0] in pe_capabilities.runnable_pes(config))
+    return sweep.Settings(
         tasks=tuple(_spec(t, QUICK_TRAIN_MAX, QUICK_TEST_SIZES) for t in QUICK_TASKS),
         variants=variants, seeds=tuple(options.seed_list((0,))),
         recipe=convergence.Recipe(max_steps=options.steps or 1000, one_size_per_batch=True),
         examples=16, metric=METRIC)
   recipe = convergence.Recipe(max_steps=options.steps or 6000, one_size_per_batch=True)
-  return engine.Settings(
+  return sweep.Settings(
       tasks=tuple(_spec(t, TRAIN_MAX, TEST_SIZES) for t in TASKS),
-      variants=engine.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
-      recipe=recipe, examples=32, rescue_steps=engine.second_run_cap(recipe.max_steps),
+      variants=sweep.all_variants(config), seeds=tuple(options.seed_list((0, 1, 2))),
+      recipe=recipe, examples=32, rescue_steps=sweep.second_run_cap(recipe.max_steps),
       metric=METRIC)
 
 
-def verdicts(summary, settings: engine.Settings, outcomes) -> List[study_report.Verdict]:
+def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.Verdict]:
   """Per PE: its randomized variant's suite-mean OOD beats the plain one's beyond the seeds."""
   out = []
   for v in settings.variants:
-    plain, randomized = engine.parse_variant(v)
+    plain, randomized = sweep.parse_variant(v)
     if not randomized or plain not in settings.variants:
       continue
-    out.append(engine.spread_verdict(
+    out.append(seed_comparison.spread_verdict(
         f"randomized positions improve {plain}'s mean test accuracy over the suite (Ruoss et "
         "al. 2023: +12.0% on average)",
-        {v: engine.suite_mean(settings, outcomes, v)},
-        {plain: engine.suite_mean(settings, outcomes, plain)},
+        {v: seed_summary.suite_mean(settings, outcomes, v)},
+        {plain: seed_summary.suite_mean(settings, outcomes, plain)},
         f"every seed of {v} above every seed of {plain} (mean OOD {settings.metric_label} over "
-        f"the {len(settings.tasks)} tasks, unfit = 0) and medians >= {engine.MARGIN:g} apart"))
+        f"the {len(settings.tasks)} tasks, unfit = 0) and medians >= "
+        f"{seed_comparison.MARGIN:g} apart"))
   return out
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[engine.Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains, tests and reports the suite (see the module docstring).
 
@@ -118,7 +124,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
-  return engine.run_study(
+  return suite_study.run_study(
       options, study=STUDY, title="Ruoss et al. 2023 tasks, with and without randomized "
       "positions", base=base, settings=settings, family="Ruoss tasks", verdicts=verdicts,
       log=log)
@@ -126,4 +132,4 @@ def run(options: study_report.StudyOptions, *, settings: Optional[engine.Setting
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch(STUDY)
+  study_options.run_as_launch(STUDY)

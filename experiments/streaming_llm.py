@@ -51,7 +51,13 @@ import ml_collections
 import numpy as np
 
 from experiments import extrapolation
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
+from pejax import machine
 from pejax import runtime_env
 
 STUDY = "streaming_llm"
@@ -123,7 +129,7 @@ class Settings:
                        f"({self.cache_size})")
 
 
-def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict:
+def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
   """The decoder both PEs train: 4 layers, d_model 128, 4 heads at L = 1024 (quick: tiny, L=128).
 
   The training length equals the full study's cache (1024 slots), so every window the cache
@@ -150,11 +156,11 @@ def base_config(options: study_report.StudyOptions) -> ml_collections.ConfigDict
   config.train.log_every = max(1, int(config.train.steps) // 14)
   config.train.eval_every = int(config.train.steps)
   config.train.checkpoint_every = max(1, int(config.train.steps) // 7)
-  study_report.apply_overrides(config, options.overrides)
+  study_options.apply_overrides(config, options.overrides)
   return config
 
 
-def settings_for(options: study_report.StudyOptions,
+def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
   """Full: 64K tokens through 1024 slots (the full cache over all of them); quick: 4K / 128."""
   train_len = int(config.data.train_len)
@@ -168,7 +174,7 @@ def settings_for(options: study_report.StudyOptions,
                   recompute_stride=train_len // 4, bucket=train_len, tail_tokens=8192)
 
 
-def train_models(options: study_report.StudyOptions, *, pes: Sequence[str] = PES,
+def train_models(options: study_options.StudyOptions, *, pes: Sequence[str] = PES,
                  reuse_dirs: Sequence[Any] = (), log: Callable[[str], None] = print
                  ) -> Dict[str, tuple]:
   """pe -> (config, RunInfo) of the study's trained models (trained, resumed or reused)."""
@@ -177,7 +183,7 @@ def train_models(options: study_report.StudyOptions, *, pes: Sequence[str] = PES
   out = {}
   for pe in pes:
     config = extrapolation.pe_config(base, pe, 0)
-    out[pe] = (config, study_report.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse_dirs,
+    out[pe] = (config, trained_runs.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse_dirs,
                                               log=log))
   return out
 
@@ -479,7 +485,7 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
              sink_mass: Optional[Mapping[str, Sequence[float]]] = None
-             ) -> List[study_report.Verdict]:
+             ) -> List[expectations.Verdict]:
   """The StreamingLLM claims (and ALiBi's) checked on ``summary`` (pe -> :func:`summarize`).
 
   Args:
@@ -491,7 +497,7 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
     The verdicts, PE by PE.
   """
   out = []
-  fmt = study_report.fmt
+  fmt = table_cells.fmt
   evicted, second, tail, past = (range_label(n, settings)
                                  for n in ("evicted", "second", "tail", "past_L"))
   for pe, policies in summary.items():
@@ -505,7 +511,7 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
                  f"{late:.1e} (fresh windows of {settings.cache_size}; uniform attention would "
                  f"give {uniform:.1e}).")
     w, s = get("window", "evicted"), get("sinks", "evicted")
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         f"{pe}: window attention collapses once the first tokens are evicted (Xiao et al. 2023, "
         "Fig. 3)",
         f"window perplexity over queries {evicted} >= {COLLAPSE_RATIO} x sinks'",
@@ -517,7 +523,7 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
             "so losing it costs little. " + sink_note).strip()))
     s2, o2, st, ot = (get("sinks", "second"), get("recompute", "second"), get("sinks", "tail"),
                       get("recompute", "tail"))
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         f"{pe}: {settings.sink_tokens} attention sinks + a recent window stay flat, close to "
         "sliding windows with re-computation (Xiao et al. 2023, Fig. 3, Table 1)",
         f"sinks perplexity <= {FLAT_RATIO} x the re-computation oracle's over queries {second} "
@@ -527,21 +533,21 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
         lambda s2=s2, o2=o2, st=st, ot=ot: s2 <= FLAT_RATIO * o2 and st <= FLAT_RATIO * ot))
     f, o = get("full", "past_L"), get("recompute", "past_L")
     if pe == "rope":
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           "rope: the full (dense) cache degrades past the training length (Xiao et al. 2023, "
           "Fig. 3)",
           f"full-cache perplexity over queries {past} >= {DEGRADE_RATIO} x the oracle's",
           f"full {fmt(f)} vs oracle {fmt(o)} (x{fmt(_ratio(f, o))})",
           lambda f=f, o=o: f >= DEGRADE_RATIO * o))
     elif pe == "alibi":
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           "alibi: the full cache extrapolates past the training length (Press et al. 2022, "
           "Fig. 1)",
           f"full-cache perplexity over queries {past} <= {EXTRAPOLATE_RATIO} x the oracle's",
           f"full {fmt(f)} vs oracle {fmt(o)} (x{fmt(_ratio(f, o))})",
           lambda f=f, o=o: f <= EXTRAPOLATE_RATIO * o))
     if masses:
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"{pe}: the model forms an attention sink on the first token (Xiao et al. 2023, "
           "Fig. 2: beyond the bottom layers most attention goes to the initial token)",
           f"some layer past the first puts >= {SINK_MASS} of its attention (mean over heads and "
@@ -556,11 +562,11 @@ def verdicts(summary: Mapping[str, Mapping[str, Any]], settings: Settings, *,
 # The study.
 
 
-def measure(info: study_report.RunInfo, config: ml_collections.ConfigDict, text: np.ndarray, *,
+def measure(info: trained_runs.RunInfo, config: ml_collections.ConfigDict, text: np.ndarray, *,
             settings: Settings, log: Callable[[str], None]) -> Dict[str, Any]:
   """Every policy's per-token NLL, their wall times and the first-token attention of one model
   (cached in its run directory, one file per policy)."""
-  model = study_report.load_model(info.run_dir, config)
+  model = trained_runs.load_model(info.run_dir, config)
   pe = str(config.pe.name)
   out: Dict[str, Any] = {"nll": {}, "seconds": {}}
   base_key = {"stream_tokens": settings.stream_tokens, "steps": info.steps,
@@ -595,17 +601,17 @@ def measure(info: study_report.RunInfo, config: ml_collections.ConfigDict, text:
                                    min_query=c // 2) for s in starts]
     return np.mean(np.asarray(per_window), axis=0).tolist()
 
-  out["sink_mass"] = study_report.cached(
+  out["sink_mass"] = result_cache.cached(
       info.run_dir / f"study_{STUDY}_sink.json",
       {**base_key, "window": settings.cache_size, "windows": settings.sink_windows}, sink)
   for policy in jobs:  # The forward passes first: they need no cache.
     key, compute = jobs[policy]
-    value = study_report.cached(info.run_dir / f"study_{STUDY}_{policy}.json",
+    value = result_cache.cached(info.run_dir / f"study_{STUDY}_{policy}.json",
                                 {**base_key, **key, "policy": policy}, timed(compute))
     out["nll"][policy] = np.asarray(value["nll"], np.float32)
     out["seconds"][policy] = value["seconds"]
     log(f"  {pe} {policy}: {len(value['nll'])} tokens, ppl "
-        f"{study_report.fmt(perplexity(out['nll'][policy]))} ({value['seconds']:.0f} s)")
+        f"{table_cells.fmt(perplexity(out['nll'][policy]))} ({value['seconds']:.0f} s)")
   return out
 
 
@@ -665,14 +671,14 @@ def plot(path, summary: Mapping[str, Mapping[str, Any]], settings: Settings) -> 
   return path
 
 
-def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = None,
+def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = None,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study and writes its report; returns the results written to JSON."""
   base = base_config(options)
   settings = settings or settings_for(options, base)
   workdir = options.report_dir(STUDY)
   workdir.mkdir(parents=True, exist_ok=True)
-  report = study_report.Report("Streaming with attention sinks (StreamingLLM)", study=STUDY,
+  report = markdown_report.Report("Streaming with attention sinks (StreamingLLM)", study=STUDY,
                                options=options)
   report.decided_by = ("the full run (4-layer models at L = 1024, a 64K-token stream, one model "
                        "per PE)")
@@ -680,7 +686,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       f"stream {settings.stream_tokens} tokens through {settings.cache_size} slots")
   models = train_models(options, pes=settings.pes, log=log)
   report.add_runs([info for _, info in models.values()])
-  text = stream_text(study_report.load_corpus(str(base.data.name)).valid, settings.stream_tokens)
+  text = stream_text(trained_runs.load_corpus(str(base.data.name)).valid, settings.stream_tokens)
   summary, seconds, sink_mass, agreement = {}, {}, {}, {}
   for pe, (config, info) in models.items():
     measured = measure(info, config, text, settings=settings, log=log)
@@ -692,7 +698,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     report.add_verdict(v)
 
   c = settings.cache_size
-  unigram = study_report.unigram_loss(str(base.data.name))
+  unigram = trained_runs.unigram_loss(str(base.data.name))
   report.section(
       "Setup",
       f"Models: {', '.join(settings.pes)}; {base.model.num_layers} layers, d_model "
@@ -713,7 +719,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       f"(positions 0..{c - 1}), advancing by {settings.recompute_stride} and scoring its last "
       f"{settings.recompute_stride} queries. Positions on the x axis are the query's (the last "
       f"token in context); buckets of {settings.bucket}. Unigram perplexity of the corpus: "
-      f"{study_report.fmt(math.exp(unigram) if unigram else None)}.")
+      f"{table_cells.fmt(math.exp(unigram) if unigram else None)}.")
   names = []  # Ranges in table order, without duplicates (past_L = evicted when F = N, C = L).
   for name in ("first", "second", "tail", "evicted", "past_L"):
     if summary_ranges(settings)[name] not in [summary_ranges(settings)[n] for n in names]:
@@ -724,7 +730,7 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
     for policy in POLICIES:
       if policy in policies:
         ranges = policies[policy]["ranges"]
-        rows.append([pe, policy] + [study_report.fmt(ranges[n]) for n in names])
+        rows.append([pe, policy] + [table_cells.fmt(ranges[n]) for n in names])
   caption = (f"**Mean perplexity by query range** (`{range_label('first', settings)}`: nothing "
              f"evicted yet; `{range_label('tail', settings)}`: the last "
              f"{_k(settings.tail_tokens)}")
@@ -743,12 +749,12 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       for p in POLICIES:
         if p in summary[pe]:
           buckets = summary[pe][p]["buckets"]
-          row.append(study_report.fmt(buckets[index]["perplexity"]) if index < len(buckets)
+          row.append(table_cells.fmt(buckets[index]["perplexity"]) if index < len(buckets)
                      else "")
     bucket_rows.append(row)
   report.table(bucket_header, bucket_rows, caption="**Perplexity per bucket**")
   report.text("Largest difference between `window` and `sinks` in any bucket: " + "; ".join(
-      f"{pe} {study_report.fmt(window_sinks_gap(summary[pe]), 2)}%" for pe in pes
+      f"{pe} {table_cells.fmt(window_sinks_gap(summary[pe]), 2)}%" for pe in pes
       if "window" in summary[pe] and "sinks" in summary[pe]) + ".")
   masses_uniform = uniform_first_token_mass(c, min_query=c // 2)
   report.table(
@@ -771,16 +777,16 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
                            f"{n / max(seconds[pe][p], 1e-9):.0f}"])
   total = sum(v for by_policy in seconds.values() for v in by_policy.values())
   report.table(["PE", "policy", "tokens scored", "wall s", "tokens/s"], compute_rows,
-               caption=(f"**Compute** ({study_report.machine()}; load average "
+               caption=(f"**Compute** ({machine.describe_machine()}; load average "
                         f"{os.getloadavg()[0]:.1f} at the end): {total / 60:.1f} min for the "
                         "measurements below, timed when they were computed (a re-run reuses them from the run "
                         "directories; the header's wall time is that of the last run). "
                         "Reproduce: `" + options.command_line() + "`"))
-  train_rows = [[pe, info.steps, study_report.fmt(info.train_loss, 3),
-                 study_report.fmt(info.valid_loss, 3), info.train_time()]
+  train_rows = [[pe, info.steps, table_cells.fmt(info.train_loss, 3),
+                 table_cells.fmt(info.valid_loss, 3), info.train_time()]
                 for pe, (_, info) in models.items()]
   report.table(["PE", "steps", "train loss", "valid loss at L", "train time"], train_rows,
-               caption=f"**Training** (nats per byte; unigram {study_report.fmt(unigram, 3)})")
+               caption=f"**Training** (nats per byte; unigram {table_cells.fmt(unigram, 3)})")
   results = {
       "settings": dataclasses.asdict(settings),
       "ranges": {name: list(span) for name, span in summary_ranges(settings).items()},
@@ -789,9 +795,9 @@ def run(options: study_report.StudyOptions, *, settings: Optional[Settings] = No
       "runs": {pe: info.to_json() for pe, (_, info) in models.items()},
       "unigram_loss": unigram,
   }
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch(STUDY)
+  study_options.run_as_launch(STUDY)

@@ -21,8 +21,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 
 from experiments import extrapolation
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
 from pejax import runtime_env
+from pejax.eval import report as eval_report
 
 STUDY = "training_curves"
 PES = ("sinusoidal", "rope", "alibi")
@@ -48,7 +54,7 @@ def average_curves(curves: Sequence[Sequence[tuple]]) -> List[tuple]:
   out = []
   for step in sorted(common):
     values = [dict(c)[step] for c in curves]
-    stats = study_report.spread(values)
+    stats = seed_statistics.spread(values)
     out.append((step, stats["mean"], stats["min"], stats["max"]))
   return out
 
@@ -62,7 +68,7 @@ def first_step_below(curve: Sequence[tuple], threshold: float) -> Optional[int]:
 
 
 def verdicts(final_valid: Mapping[str, Optional[float]], *,
-             unigram: Optional[float]) -> List[study_report.Verdict]:
+             unigram: Optional[float]) -> List[expectations.Verdict]:
   """Published claims about training at L, checked on final validation losses.
 
   Args:
@@ -70,25 +76,25 @@ def verdicts(final_valid: Mapping[str, Optional[float]], *,
     unigram: the corpus's unigram loss.
   """
   out = []
-  shown = ", ".join(f"{p} {study_report.fmt(v, 3)}" for p, v in final_valid.items())
+  shown = ", ".join(f"{p} {table_cells.fmt(v, 3)}" for p, v in final_valid.items())
   for pe, source in (("rope", "Su et al. 2021, Fig. 3"),
                      ("alibi", "Press et al. 2022, Table 2 / Fig. 1 at L")):
     if pe in final_valid and "sinusoidal" in final_valid:
-      out.append(study_report.verdict(
+      out.append(expectations.verdict(
           f"At the same budget {pe} reaches a lower loss than sinusoidal ({source})",
           f"final validation loss {pe} < sinusoidal", shown,
           lambda pe=pe: final_valid[pe] < final_valid["sinusoidal"]))
   if unigram is not None and final_valid:
-    out.append(study_report.verdict(
+    out.append(expectations.verdict(
         "Every model trains well past the unigram loss (needed for PE differences to show)",
         f"every final validation loss <= {WELL_BELOW_UNIGRAM} x unigram loss "
-        f"({study_report.fmt(WELL_BELOW_UNIGRAM * unigram, 3)})",
-        shown + f"; unigram {study_report.fmt(unigram, 3)}",
+        f"({table_cells.fmt(WELL_BELOW_UNIGRAM * unigram, 3)})",
+        shown + f"; unigram {table_cells.fmt(unigram, 3)}",
         lambda: all(v <= WELL_BELOW_UNIGRAM * unigram for v in final_valid.values())))
   return out
 
 
-def run(options: study_report.StudyOptions, *, pes: Sequence[str] = PES,
+def run(options: study_options.StudyOptions, *, pes: Sequence[str] = PES,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Runs the study (training only what the extrapolation study has not) and writes the report."""
   from pejax.train import read_metrics  # pylint: disable=g-import-not-at-top
@@ -97,15 +103,15 @@ def run(options: study_report.StudyOptions, *, pes: Sequence[str] = PES,
   runs_dir = options.models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   reuse = [] if options.runs_dir else [options.models_dir(extrapolation.STUDY)]
-  report = study_report.Report("Training curves: sinusoidal vs RoPE vs ALiBi", study=STUDY,
+  report = markdown_report.Report("Training curves: sinusoidal vs RoPE vs ALiBi", study=STUDY,
                                options=options)
-  unigram = study_report.unigram_loss(str(base.data.name))
+  unigram = trained_runs.unigram_loss(str(base.data.name))
   train_curves, eval_curves, runs = {}, {}, {}
   for pe in pes:
     per_seed_train, per_seed_eval = [], []
     for seed in seeds:
       config = extrapolation.pe_config(base, pe, seed)
-      info = study_report.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse, log=log)
+      info = trained_runs.train_run(config, runs_dir=runs_dir, reuse_dirs=reuse, log=log)
       curves = curves_from_metrics(read_metrics(info.run_dir))
       per_seed_train.append(curves["train"])
       per_seed_eval.append(curves["eval"])
@@ -131,7 +137,7 @@ def run(options: study_report.StudyOptions, *, pes: Sequence[str] = PES,
     series[f"{pe} valid"] = eval_curves[pe]
   styles = {f"{pe} valid": "--" for pe in pes}
   colors = {f"{pe} {split}": f"C{i}" for i, pe in enumerate(pes) for split in ("train", "valid")}
-  png = study_report.plot_curves(
+  png = eval_report.plot_curves(
       workdir / "training_curves.png", series, xlabel="step", ylabel="loss (nats per byte)",
       hline=unigram, hline_label="unigram loss", styles=styles, colors=colors,
       title=f"Training curves at L = {base.data.train_len} (dashed: validation; "
@@ -140,24 +146,24 @@ def run(options: study_report.StudyOptions, *, pes: Sequence[str] = PES,
   threshold = 0.6 * unigram if unigram else None
   rows = []
   for pe in pes:
-    final_train = study_report.spread([r.train_loss for r in runs[pe]])
-    valid = study_report.spread([r.valid_loss for r in runs[pe]])
-    rows.append([pe, base.train.steps, study_report.fmt_spread(final_train, 3),
-                 study_report.fmt_spread(valid, 3),
+    final_train = seed_statistics.spread([r.train_loss for r in runs[pe]])
+    valid = seed_statistics.spread([r.valid_loss for r in runs[pe]])
+    rows.append([pe, base.train.steps, table_cells.fmt_spread(final_train, 3),
+                 table_cells.fmt_spread(valid, 3),
                  (first_step_below(train_curves[pe], threshold) or "not reached") if threshold
                  else "n/a",
                  ", ".join(r.train_time() for r in runs[pe])])
   report.table(["PE", "steps", "final train loss", "final valid loss",
-                f"first step with train loss <= {study_report.fmt(threshold, 3)}",
+                f"first step with train loss <= {table_cells.fmt(threshold, 3)}",
                 "train time"], rows,
-               caption=f"**Final losses** (nats per byte; unigram {study_report.fmt(unigram, 3)}; "
+               caption=f"**Final losses** (nats per byte; unigram {table_cells.fmt(unigram, 3)}; "
                "mean [min-max] over seeds)")
   results = {"seeds": seeds, "unigram_loss": unigram, "final_valid_loss": final_valid,
              "train_curves": train_curves, "eval_curves": eval_curves,
              "runs": {pe: [r.to_json() for r in infos] for pe, infos in runs.items()}}
-  return study_report.write_report(report, workdir, results, study=STUDY, log=log)
+  return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 
 
 if __name__ == "__main__":
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
-  study_report.run_as_launch("training_curves")
+  study_options.run_as_launch("training_curves")

@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
-from experiments import study_report
+from pejax import machine
 
 FIT_THRESHOLD = 0.99  # Held-out in-distribution exact match that counts as "fit".
 RESULT_FILE = "fit.json"
@@ -111,7 +111,7 @@ class FitResult:
     curve: ``[(step, in-distribution accuracy, mean train loss since the previous check)]``.
     train_seconds: training wall time (checks included, compilation included).
     reused: whether the result was read from disk.
-    machine: where it was trained (``study_report.machine()``); empty in records written
+    machine: where it was trained (:func:`pejax.machine.describe_machine`); empty in records written
       before 2026-12-02 07:00 UTC.
   """
 
@@ -338,8 +338,8 @@ def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
   """A fresh decoder of ``config`` (parameters from ``config.seed``)."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from pejax.nn import Decoder  # pylint: disable=g-import-not-at-top
-  from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-  return Decoder(experiment.decoder_config_from(config, pe=pe),
+  from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
+  return Decoder(decoder_from_config.decoder_config_from(config, pe=pe),
                  rngs=nnx.Rngs(params=int(config.seed)))
 
 
@@ -399,7 +399,7 @@ class Recorded:
     seconds: training seconds so far (the finished run's, or the unfinished one's).
 
   Whether the finished run's test accuracies are recorded too depends on the study's test
-  settings (``engine.recorded_evals``).
+  settings (``scoring.recorded_evals``).
   """
 
   result: Optional[FitResult] = None
@@ -574,7 +574,7 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
   result = FitResult(run_dir=run_dir, steps=step, steps_to_fit=steps_to_fit, in_dist=acc,
                      best_in_dist=max(best, 0.0), best_step=best_step, curve=tuple(curve),
                      train_seconds=earlier_seconds + time.time() - started,
-                     machine=study_report.machine())
+                     machine=machine.describe_machine())
   run_dir.mkdir(parents=True, exist_ok=True)
   _save_params(model, run_dir / PARAMS_FILE)
   payload = {"key": key, "result": result.to_json()}

@@ -16,8 +16,9 @@ import pathlib
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from experiments import study_report
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import sweep
+from experiments.study import table_cells
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUDIES = ("length_generalization", "kazemnejad_suite", "ruoss_suite", "content_tasks")
@@ -46,20 +47,21 @@ def table(payloads: Sequence[Mapping[str, Any]]) -> str:
     metric = settings.get("metric", "exact_match")
     for family, board in p["results"]["leaderboard"].items():
       if metric != "exact_match":  # The column says it is not the table's exact match.
-        family = f"{family} ({engine.METRICS[metric]})"
+        family = f"{family} ({sweep.METRICS[metric]})"
       columns.append((family, board))
       notes.append(f"- {family}: `{p['study']}` {p['mode']} run, {len(settings['seeds'])} "
                    f"seed(s), training to >= {recipe['fit_threshold']:g} in-distribution or "
-                   f"{engine.cap_text(recipe['max_steps'], settings.get('rescue_steps', 0))}, "
+                   + seed_comparison.cap_text(recipe["max_steps"], settings.get("rescue_steps", 0))
+                   + ", "
                    f"{p['date']} "
                    f"([report](experiments/results/{p['study']}/report.md))")
   variants: List[str] = []
   for _, board in columns:
     variants += [v for v in board if v not in variants]
   header = ["PE"] + [family for family, _ in columns]
-  rows = [[v] + [engine.cell(board[v], 2) if v in board else "" for _, board in columns]
+  rows = [[v] + [table_cells.median_cell(board[v], 2) if v in board else "" for _, board in columns]
           for v in variants]
-  return (study_report.markdown_table(header, rows) + "\n\n"
+  return (table_cells.markdown_table(header, rows) + "\n\n"
           + "\n".join(notes) + "\n")
 
 

@@ -7,8 +7,8 @@ The study sets the PE, seed, data and evaluation of each model it trains; the ot
 base every model starts from, and the ones given on the command line override the study's own.
 """
 
-from experiments import study_report
+from experiments.study import study_options
 
 
 def get_config():
-  return study_report.study_config("kv_quantization")
+  return study_options.study_config("kv_quantization")

@@ -9,19 +9,17 @@ two on 2 CPU cores; the default runs 3 seeds with more steps.
 from __future__ import annotations
 
 import datetime
-import os
-import platform
 import sys
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
-import jax
 
 from experiments.image_grid import report
 from experiments.image_grid import study
 from experiments.image_grid import vit
+from pejax import machine
 from pejax import runtime_env
 
 _QUICK = flags.DEFINE_bool("quick", False, "One seed and few steps (about a minute on 2 CPUs).")
@@ -37,12 +35,6 @@ _NUM_LAYERS = flags.DEFINE_integer("num_layers", 2, "ViT blocks.")
 _EVAL_SCALE = flags.DEFINE_integer("eval_scale", 2, "Upsampling factor of evaluation images.")
 _UPSAMPLE = flags.DEFINE_enum("upsample_method", "bilinear", ["nearest", "bilinear", "bicubic"],
                               "jax.image.resize method for evaluation images.")
-
-
-def _machine() -> str:
-  devices = ", ".join(sorted({d.device_kind for d in jax.devices()}))
-  return (f"{platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
-          f"jax {jax.__version__} ({jax.default_backend()}: {devices})")
 
 
 def main(argv):
@@ -67,7 +59,7 @@ def main(argv):
   meta = {
       "command": " ".join(["python -m experiments.image_grid"] + sys.argv[1:]),
       "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-      "machine": _machine(),
+      "machine": machine.describe_machine(),
       "wall_seconds": time.perf_counter() - start,
   }
   paths = report.write_report(_WORKDIR.value, run, meta)

@@ -1,4 +1,4 @@
-"""The algorithmic engine: convergence training (fit, cap, cache), seed-spread verdicts."""
+"""The algorithmic studies' shared machinery: convergence training (fit, cap, cache), seed-spread verdicts."""
 
 from __future__ import annotations
 
@@ -11,15 +11,26 @@ from absl.testing import absltest
 import numpy as np
 import pytest
 
-from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
 from experiments import kazemnejad_suite
-from experiments import study_report
+from experiments.algorithmic import convergence
+from experiments.algorithmic import model_runs
+from experiments.algorithmic import report_sections
+from experiments.algorithmic import scoring
+from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import sweep
+from experiments.algorithmic import sweep_progress
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
 from pejax import experiment_config
+from pejax.eval import report as eval_report
 
 
 def _spread(*values):
-  return engine.seed_spread(list(values))
+  return seed_statistics.spread(list(values))
 
 
 def _tiny_config():
@@ -33,37 +44,41 @@ def _tiny_config():
 class CompareTest(absltest.TestCase):
 
   def test_difference_counts_only_beyond_the_seed_range(self):
-    self.assertTrue(engine.compare({"a": _spread(0.5, 0.6, 0.7)}, {"b": _spread(0.1, 0.2, 0.4)}))
+    self.assertTrue(seed_comparison.compare({"a": _spread(0.5, 0.6, 0.7)}, {"b": _spread(0.1, 0.2,
+                                                                                         0.4)}))
     # Overlapping ranges: the medians differ by 0.3 but one seed of b beats one of a.
-    self.assertFalse(engine.compare({"a": _spread(0.3, 0.6, 0.7)},
+    self.assertFalse(seed_comparison.compare({"a": _spread(0.3, 0.6, 0.7)},
                                     {"b": _spread(0.1, 0.3, 0.4)}))
     # Separated but within the margin.
-    self.assertFalse(engine.compare({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50, 0.505)}))
-    self.assertIsNone(engine.compare({"a": _spread()}, {"b": _spread(0.1)}))
+    self.assertFalse(seed_comparison.compare({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50,
+                                                                                       0.505)}))
+    self.assertIsNone(seed_comparison.compare({"a": _spread()}, {"b": _spread(0.1)}))
     # One seed each: only the medians (the report labels it indicative).
-    self.assertTrue(engine.compare({"a": _spread(0.5)}, {"b": _spread(0.1)}))
+    self.assertTrue(seed_comparison.compare({"a": _spread(0.5)}, {"b": _spread(0.1)}))
 
   def test_why_not_names_the_pair_and_the_broken_part_of_the_criterion(self):
-    self.assertEqual(engine.why_not({"a": _spread(0.5, 0.6, 0.7)}, {"b": _spread(0.1, 0.2)}), "")
     self.assertEqual(
-        engine.why_not({"none": _spread(0.1)}, {"sinusoidal": _spread(0.2)}),
+        seed_comparison.why_not({"a": _spread(0.5, 0.6, 0.7)}, {"b": _spread(0.1, 0.2)}), "")
+    self.assertEqual(
+        seed_comparison.why_not({"none": _spread(0.1)}, {"sinusoidal": _spread(0.2)}),
         "Reason: sinusoidal is ahead of none or level with it (medians 0.200 vs 0.100).")
     self.assertIn("the seeds overlap: a's lowest seed 0.300 is not above b's highest 0.400",
-                  engine.why_not({"a": _spread(0.3, 0.6, 0.7)}, {"b": _spread(0.1, 0.3, 0.4)}))
+                  seed_comparison.why_not({"a": _spread(0.3, 0.6, 0.7)}, {"b": _spread(0.1, 0.3,
+                                                                                       0.4)}))
     self.assertIn("a leads b by 0.013 in the median, less than the 0.02 margin",
-                  engine.why_not({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50, 0.505)}))
+                  seed_comparison.why_not({"a": _spread(0.51, 0.52)}, {"b": _spread(0.50, 0.505)}))
     # A lead just under the margin is printed with the digits that show it is under (the full
     # length-generalization run had t5 0.026 vs sinusoidal 0.007: "0.020 < 0.02" before).
     self.assertIn("t5 leads sinusoidal by 0.0197 in the median, less than the 0.02 margin",
-                  engine.why_not({"t5": _spread(0.0261)}, {"sinusoidal": _spread(0.0064)}))
-    self.assertEqual(engine.why_not({"a": _spread()}, {"b": _spread(0.1)}), "")
+                  seed_comparison.why_not({"t5": _spread(0.0261)}, {"sinusoidal": _spread(0.0064)}))
+    self.assertEqual(seed_comparison.why_not({"a": _spread()}, {"b": _spread(0.1)}), "")
 
   def test_a_verdict_that_did_not_hold_carries_its_reason(self):
     entries = {v: {"fit": {"n": 3, "values": [1, 1, 1]}, "ood": _spread(*ood),
                    "best_in_dist": _spread(1.0, 1.0, 1.0)}
                for v, ood in (("none", (0.1, 0.12, 0.2)), ("sinusoidal", (0.15, 0.3, 0.31)))}
-    with mock.patch.object(engine, "comparable", lambda entry: True):
-      out = engine.group_verdict("NoPE beats APE", entries, ["none"], ["sinusoidal"],
+    with mock.patch.object(seed_summary, "comparable", lambda entry: True):
+      out = seed_comparison.group_verdict("NoPE beats APE", entries, ["none"], ["sinusoidal"],
                                  convergence.Recipe())
     self.assertFalse(out.held)
     self.assertIn("Reason: sinusoidal is ahead of none", out.note)
@@ -75,41 +90,42 @@ class CompareTest(absltest.TestCase):
                 "steps_to_fit": None, "ood": 0.9, "ood_2x": 0.9, "ood_far": 0.9},
                {"fit": True, "in_dist": 0.99, "best_in_dist": 0.99, "steps": 500,
                 "steps_to_fit": 500, "ood": 0.2, "ood_2x": 0.3, "ood_far": 0.1}]
-    entry = engine.summarize_variant(records)
+    entry = seed_summary.summarize_variant(records)
     self.assertEqual((entry["fit"], entry["seeds"]), (2, 3))
-    self.assertTrue(engine.comparable(entry))
+    self.assertTrue(seed_summary.comparable(entry))
     self.assertEqual(entry["ood"]["max"], 0.4)
     self.assertEqual(entry["steps_to_fit"]["median"], 400)
-    self.assertEqual(engine.cell(entry["best_in_dist"], 2), "0.99 [0.90-1.00]")
+    self.assertEqual(table_cells.median_cell(entry["best_in_dist"], 2), "0.99 [0.90-1.00]")
 
   def test_strict_spreads_count_every_seed_with_unfit_ones_zero(self):
     records = [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 300,
                 "steps_to_fit": 300, "ood": 0.4, "ood_2x": 0.5, "ood_far": 0.3},
                {"fit": False, "in_dist": 0.8, "best_in_dist": 0.9, "steps": 1000,
                 "steps_to_fit": None, "ood": 0.9, "ood_2x": 0.9, "ood_far": 0.9}]
-    entry = engine.summarize_variant(records)
+    entry = seed_summary.summarize_variant(records)
     self.assertEqual(entry["ood_strict"]["values"], [0.4, 0.0])
     self.assertEqual(entry["ood_far_strict"]["values"], [0.3, 0.0])
     self.assertEqual(entry["ood"]["values"], [0.4])
 
   def test_a_variant_that_fit_in_no_majority_still_gets_a_measured_verdict(self):
-    fit = lambda *ood: engine.summarize_variant([
+    fit = lambda *ood: seed_summary.summarize_variant([
         {"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 100, "steps_to_fit": 100,
          "ood": v, "ood_2x": v, "ood_far": v} for v in ood])
-    unfit = engine.summarize_variant([
+    unfit = seed_summary.summarize_variant([
         {"fit": f, "in_dist": 0.9, "best_in_dist": b, "steps": 600, "steps_to_fit": None,
          "ood": 0.8, "ood_2x": 0.8, "ood_far": 0.8} for f, b in ((False, 0.95), (False, 0.97))]
         + [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 500, "steps_to_fit": 500,
             "ood": 0.6, "ood_2x": 0.6, "ood_far": 0.6}])
     entries = {"rope+randomized": unfit, "rope": fit(0.1, 0.2, 0.3)}
-    out = engine.group_verdict("randomized helps rope", entries, ["rope+randomized"], ["rope"],
+    out = seed_comparison.group_verdict("randomized helps rope", entries, ["rope+randomized"],
+                                        ["rope"],
                                convergence.Recipe(max_steps=600), rescue_steps=1200)
     self.assertIs(out.held, False)  # [0, 0, 0.6] overlaps [0.1, 0.3]: measured, not held.
     self.assertIn("rope+randomized 0.000 [0.000-0.600]", out.measured)
     self.assertIn("within 600 steps, or 1200 in a second run)", out.note)
     self.assertIn("best in-distribution: rope+randomized 0.970 [0.950-1.000]", out.note)
     self.assertIn("a seed that did not fit counted 0", out.note)
-    losing = engine.group_verdict("rope beats its randomized variant", entries, ["rope"],
+    losing = seed_comparison.group_verdict("rope beats its randomized variant", entries, ["rope"],
                                   ["rope+randomized"], convergence.Recipe())
     self.assertIs(losing.held, False)
     self.assertIn("the seeds overlap", losing.note)
@@ -120,22 +136,22 @@ class CompareTest(absltest.TestCase):
                                      steps_to_fit=100 if fit else None, in_dist=1.0,
                                      best_in_dist=1.0, best_step=100, curve=(),
                                      train_seconds=1.0)
-      return engine.Outcome(task, "rope", seed, result, {}, "arange", {"ood": ood})
-    settings = engine.Settings(
-        tasks=(engine.TaskSpec("copy", 2, (3,)), engine.TaskSpec("parity", 2, (3,))),
+      return model_runs.Outcome(task, "rope", seed, result, {}, "arange", {"ood": ood})
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (3,)), sweep.TaskSpec("parity", 2, (3,))),
         variants=("rope",), seeds=(0, 1), recipe=convergence.Recipe())
     outcomes = {("copy", "rope", 0): outcome("copy", 0, True, 0.5),
                 ("parity", "rope", 0): outcome("parity", 0, False, 0.9),
                 ("copy", "rope", 1): outcome("copy", 1, True, 0.3),
                 ("parity", "rope", 1): outcome("parity", 1, True, 0.7)}
-    self.assertEqual(engine.suite_mean(settings, outcomes, "rope")["values"], [0.25, 0.5])
+    self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope")["values"], [0.25, 0.5])
 
   def test_rescue_cap_must_exceed_the_first_cap(self):
     with self.assertRaisesRegex(ValueError, "rescue_steps must be 0 or above the cap 600, got "
                                 "600"):
-      engine.Settings(tasks=(), variants=(), seeds=(0,),
+      sweep.Settings(tasks=(), variants=(), seeds=(0,),
                       recipe=convergence.Recipe(max_steps=600), rescue_steps=600)
-    settings = engine.Settings(tasks=(), variants=(), seeds=(0,),
+    settings = sweep.Settings(tasks=(), variants=(), seeds=(0,),
                                recipe=convergence.Recipe(max_steps=600), rescue_steps=1200)
     self.assertEqual(settings.rescue_recipe, convergence.Recipe(max_steps=1200))
     self.assertIsNone(dataclasses.replace(settings, rescue_steps=0).rescue_recipe)
@@ -146,24 +162,24 @@ class CompareTest(absltest.TestCase):
                                      steps_to_fit=100 if "alibi" not in variant else None,
                                      in_dist=1.0, best_in_dist=1.0, best_step=100, curve=(),
                                      train_seconds=1.0)
-      return engine.Outcome("copy", variant, seed, result, {"arange": {"1": 1.0, "3": 0.5}},
+      return model_runs.Outcome("copy", variant, seed, result, {"arange": {"1": 1.0, "3": 0.5}},
                             "arange", {"ood": 0.5})
     variants = ("none",) + tuple(f"{pe}{r}" for pe in ("rope", "alibi", "t5", "learned")
                                  for r in ("", "+randomized"))
-    settings = engine.Settings(tasks=(engine.TaskSpec("copy", 2, (1, 3)),), variants=variants,
+    settings = sweep.Settings(tasks=(sweep.TaskSpec("copy", 2, (1, 3)),), variants=variants,
                                seeds=(0, 1), recipe=convergence.Recipe())
     outcomes = {("copy", v, s): outcome(v, s) for v in variants for s in (0, 1)}
-    panels = engine.curve_panels(settings, outcomes, "copy")
+    panels = report_sections.curve_panels(settings, outcomes, "copy")
     self.assertEqual(list(panels), ["none", "rope", "alibi", "t5", "learned"])
     self.assertEqual(set(panels["alibi"]), {"plain (did not fit)", "randomized (did not fit)"})
     self.assertEqual(panels["rope"]["randomized (2/2 fit)"], [(1, 1.0, 1.0, 1.0),
                                                               (3, 0.5, 0.5, 0.5)])
-    self.assertGreaterEqual(len(variants), engine.PANELS_FROM)
-    from experiments import study_report  # pylint: disable=g-import-not-at-top
-    report = study_report.Report("t", study="t", options=study_report.StudyOptions(command="t"))
-    with mock.patch.object(study_report, "plot_panels") as drawn:
-      engine.write_common(report, experiment_config.get_default_config(), settings, outcomes,
-                          engine.summaries(settings, outcomes),
+    self.assertGreaterEqual(len(variants), report_sections.PANELS_FROM)
+    report = markdown_report.Report("t", study="t", options=study_options.StudyOptions(command="t"))
+    with mock.patch.object(eval_report, "plot_panels") as drawn:
+      report_sections.write_common(report, experiment_config.get_default_config(), settings,
+                                   outcomes,
+                          seed_summary.summaries(settings, outcomes),
                           pathlib.Path(self.create_tempdir().full_path))
     self.assertEqual(list(drawn.call_args.args[1]), list(panels))
     setup = next(part for part in report.parts if part.startswith("## Setup"))
@@ -181,17 +197,17 @@ class CompareTest(absltest.TestCase):
                                    steps_to_fit=100, in_dist=1.0, best_in_dist=1.0,
                                    best_step=100, curve=(), train_seconds=1.0)
 
-    settings = engine.Settings(
-        tasks=(engine.TaskSpec("copy", 2, (1, 3)), engine.TaskSpec("parity", 2, (1, 3))),
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (1, 3)), sweep.TaskSpec("parity", 2, (1, 3))),
         variants=("rope", "alibi", "none"), seeds=(0, 1), recipe=convergence.Recipe())
     keys = []
     with mock.patch.object(convergence, "train_to_fit", fake_train), \
-        mock.patch.object(engine, "evaluate", lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
+        mock.patch.object(scoring, "evaluate", lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
       for shard in ((0, 2), (1, 2)):
-        keys.append(set(engine.run_models(experiment_config.get_default_config(), settings,
+        keys.append(set(model_runs.run_models(experiment_config.get_default_config(), settings,
                                           runs_dir=pathlib.Path("/nonexistent"),
                                           log=lambda _: None, shard=shard)))
-      every = set(engine.run_models(experiment_config.get_default_config(), settings,
+      every = set(model_runs.run_models(experiment_config.get_default_config(), settings,
                                     runs_dir=pathlib.Path("/nonexistent"), log=lambda _: None))
     self.assertEqual(len(every), 12)
     self.assertEqual((len(keys[0]), len(keys[1])), (6, 6))
@@ -200,11 +216,10 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(trained[:3], ["copy-rope-s0", "copy-none-s0", "parity-alibi-s0"])
 
   def test_shard_options_are_checked(self):
-    from experiments import study_report  # pylint: disable=g-import-not-at-top
     for bad in ((2, 2), (0, 0), (-1, 2), ("0", 2)):
-      with self.assertRaisesRegex(study_report.StudyOptionError, "shard must be"):
-        study_report.StudyOptions(shard=bad)
-    self.assertEqual(study_report.StudyOptions(shard=(1, 3)).shard, (1, 3))
+      with self.assertRaisesRegex(study_options.StudyOptionError, "shard must be"):
+        study_options.StudyOptions(shard=bad)
+    self.assertEqual(study_options.StudyOptions(shard=(1, 3)).shard, (1, 3))
 
   def test_a_model_that_did_not_fit_gets_one_second_run_with_the_longer_cap(self):
     calls = []
@@ -218,15 +233,15 @@ class CompareTest(absltest.TestCase):
           steps_to_fit=900 if fits else None, in_dist=1.0 if fits else 0.5,
           best_in_dist=1.0 if fits else 0.6, best_step=100, curve=(), train_seconds=10.0)
 
-    settings = engine.Settings(
-        tasks=(engine.TaskSpec("copy", 2, (1, 3)), engine.TaskSpec("parity", 2, (1, 3))),
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (1, 3)), sweep.TaskSpec("parity", 2, (1, 3))),
         variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
         rescue_steps=1200)
     lines = []
     with mock.patch.object(convergence, "train_to_fit", fake_train), \
-        mock.patch.object(engine, "evaluate",
+        mock.patch.object(scoring, "evaluate",
                           lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
-      out = engine.run_models(experiment_config.get_default_config(), settings,
+      out = model_runs.run_models(experiment_config.get_default_config(), settings,
                               runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
     self.assertEqual(calls, [("copy", "copy-rope-s0", 600), ("copy", "copy-rope-s0-cap1200", 1200),
                              ("parity", "parity-rope-s0", 600),
@@ -239,10 +254,10 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(parity.fit.steps, 1200)
     self.assertTrue(any("did not fit within 600 steps (best 0.600); a second run from scratch "
                         "with a cap of 1200" in line for line in lines))
-    summary = engine.summaries(settings, out)
-    _, rows = engine.task_table(summary["copy"], settings.recipe)
+    summary = seed_summary.summaries(settings, out)
+    _, rows = report_sections.task_table(summary["copy"], settings.recipe)
     self.assertEqual(rows[0][2], "900 (2nd run)")
-    runs = engine.results_payload(settings, summary, out)["runs"]
+    runs = report_sections.results_payload(settings, summary, out)["runs"]
     self.assertEqual(runs["copy"]["rope"][0]["first_run"]["steps"], 600)
     self.assertEqual(runs["copy"]["rope"][0]["fit"]["steps_to_fit"], 900)
 
@@ -276,23 +291,23 @@ class MetricTest(absltest.TestCase):
 
   def test_per_token_accuracy_is_at_least_exact_match_size_by_size(self):
     model = convergence.build_model(_tiny_config())  # Untrained: some bytes right by chance.
-    spec = engine.TaskSpec("reverse_string", 4, (2, 4, 6), train_min=1)
+    spec = sweep.TaskSpec("reverse_string", 4, (2, 4, 6), train_min=1)
     common = {"examples": 6, "seed": 0, "train_len": convergence.row_len_for(spec.name, 4),
               "max_position": None}
-    exact = engine.accuracy_by_size(model, spec, **common)
-    token = engine.accuracy_by_size(model, spec, metric="token_accuracy", **common)
+    exact = scoring.accuracy_by_size(model, spec, **common)
+    token = scoring.accuracy_by_size(model, spec, metric="token_accuracy", **common)
     self.assertEqual(set(token), {2, 4, 6})
     for size in token:
       self.assertGreaterEqual(token[size], exact[size])
       self.assertBetween(token[size], 0.0, 1.0)
     with self.assertRaisesRegex(ValueError, "metric must be one of .*got 'bleu'"):
-      engine.accuracy_by_size(model, spec, metric="bleu", **common)
+      scoring.accuracy_by_size(model, spec, metric="bleu", **common)
 
   def test_settings_check_the_metric_and_name_it(self):
     with self.assertRaisesRegex(ValueError, "metric must be one of .*got 'per_token'"):
-      engine.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
+      sweep.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
                       metric="per_token")
-    settings = engine.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
+    settings = sweep.Settings(tasks=(), variants=(), seeds=(0,), recipe=convergence.Recipe(),
                                metric="token_accuracy")
     self.assertEqual(settings.metric_label, "per-token accuracy")
     self.assertEqual(dataclasses.replace(settings, metric="exact_match").metric_label,
@@ -352,8 +367,7 @@ class TrainToFitTest(absltest.TestCase):
     # The run key of a default recipe must not change when Recipe gains a field: the full run
     # of length_generalization committed these directories and resumes from them.
     from experiments import length_generalization as lg  # pylint: disable=g-import-not-at-top
-    from experiments import study_report  # pylint: disable=g-import-not-at-top
-    options = study_report.StudyOptions()
+    options = study_options.StudyOptions()
     base = lg.base_config(options)
     settings = lg.settings_for(options, base)
     models = (pathlib.Path(__file__).resolve().parents[2] / "experiments" / "results"
@@ -361,7 +375,7 @@ class TrainToFitTest(absltest.TestCase):
     for task, variant, seed, name in (
         ("copy", "alibi", 0, "copy-alibi-s0-f88af68f13"),
         ("copy", "alibi+randomized", 0, "copy-alibi_randomized-s0-7d7283ccb3")):
-      config = engine.variant_config(base, variant=variant, seed=seed,
+      config = sweep.variant_config(base, variant=variant, seed=seed,
                                      max_position=settings.position_range)
       key = convergence.run_key(
           config, settings.recipe, task=task, train_sizes=(1, lg.TRAIN_MAX),
@@ -439,19 +453,19 @@ class ProgressTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.runs = pathlib.Path(self.create_tempdir().full_path)
-    self.settings = engine.Settings(
-        tasks=(engine.TaskSpec("copy", 2, (1, 3)),), variants=("rope", "alibi"), seeds=(0, 1),
+    self.settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (1, 3)),), variants=("rope", "alibi"), seeds=(0, 1),
         recipe=convergence.Recipe(max_steps=100), rescue_steps=200)
     self.base = _tiny_config()
     self.models = {label: (config, spec, variant) for _, spec, variant, config, label
-                   in engine.model_order(self.base, self.settings)}
+                   in model_runs.model_order(self.base, self.settings)}
 
   def _key(self, label, recipe):
     config, spec, variant = self.models[label]
     return convergence.fit_key(config, recipe, task=spec.name,
                                train_sizes=(spec.train_min, spec.train_max),
                                randomized=(self.settings.position_range
-                                           if engine.parse_variant(variant)[1] else None))
+                                           if sweep.parse_variant(variant)[1] else None))
 
   def _finished(self, label, recipe, *, fit, seconds, evaluated=True, key=None, suffix="",
                 ood=0.25, eval_settings=None):
@@ -464,11 +478,11 @@ class ProgressTest(absltest.TestCase):
                                    train_seconds=seconds)
     (run_dir / convergence.RESULT_FILE).write_text(json.dumps(
         {"key": key, "result": result.to_json()}, default=str))
-    if evaluated:  # Test accuracies as engine.evaluate stores them: size 1 in, size 3 OOD.
+    if evaluated:  # Test accuracies as scoring.evaluate stores them: size 1 in, size 3 OOD.
       _, spec, variant = self.models[label]
-      eval_key = engine.eval_key(result, spec, eval_settings or self.settings,
-                                 randomized=engine.parse_variant(variant)[1])
-      study_report.cached(run_dir / convergence.EVAL_FILE, eval_key,
+      eval_key = scoring.eval_key(result, spec, eval_settings or self.settings,
+                                 randomized=sweep.parse_variant(variant)[1])
+      result_cache.cached(run_dir / convergence.EVAL_FILE, eval_key,
                           lambda: {"arange": {"1": 1.0, "3": ood}})
     return run_dir
 
@@ -496,13 +510,13 @@ class ProgressTest(absltest.TestCase):
     self._unfinished("copy-alibi-s1", recipe, step=70, seconds=5.0)
     stateless = next(self.runs.glob("copy-alibi-s1-*/" + convergence.PROGRESS_FILE))
     stateless.unlink()
-    models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
+    models = sweep_progress.model_progress(self.base, self.settings, runs_dir=self.runs)
     self.assertEqual([(m.label, m.state, m.seconds, m.step, m.cap) for m in models], [
         ("copy-rope-s0", "done", 60.0, None, 100),
         ("copy-alibi-s0", "second run", 150.0, 50, 200),
         ("copy-rope-s1", "training", 20.0, 40, 100),
         ("copy-alibi-s1", "not started", 0.0, None, 100)])
-    s = engine.progress_summary(models, cores=2)
+    s = sweep_progress.progress_summary(models, cores=2)
     self.assertEqual((s["models"], s["done"]), (4, 1))
     self.assertEqual(s["by_seed"], {"0": {"done": 1, "models": 2}, "1": {"done": 0, "models": 2}})
     self.assertAlmostEqual(s["one_core_minutes"], (60 + 150 + 20) / 60)
@@ -511,14 +525,14 @@ class ProgressTest(absltest.TestCase):
     # copy-alibi-s0 is past the median (150 s), copy-rope-s1 has 20 s, copy-alibi-s1 none.
     self.assertAlmostEqual(s["left_one_core_minutes"], 0 + (1 - 20 / 60) + 1)
     self.assertAlmostEqual(s["left_hours"], (2 - 20 / 60) / 60 / 2)
-    lines = engine.progress_lines("t", s, self.runs)
+    lines = sweep_progress.progress_lines("t", s, self.runs)
     self.assertIn("t: 1 of 4 models done (trained and evaluated)", lines[0])
     self.assertIn("1 training, 1 second run, 1 not started", lines[0])
     self.assertEqual(lines[1], "  seed 0: 1 of 2, seed 1: 0 of 2")
     self.assertIn("  unfinished: copy-alibi-s0 (second run) at step 50 of 200, 2.5 min so far",
                   lines)
     # The shard 1/2 holds the second and fourth models of the run order.
-    self.assertEqual([m.label for m in engine.model_progress(
+    self.assertEqual([m.label for m in sweep_progress.model_progress(
         self.base, self.settings, runs_dir=self.runs, shard=(1, 2))],
                      ["copy-alibi-s0", "copy-alibi-s1"])
 
@@ -527,10 +541,10 @@ class ProgressTest(absltest.TestCase):
     self._finished("copy-rope-s0", recipe, fit=False, seconds=100.0)
     self._finished("copy-rope-s0", rescue, fit=False, seconds=200.0, suffix="-cap200")
     self._finished("copy-alibi-s0", recipe, fit=True, seconds=30.0, evaluated=False)
-    models = engine.model_progress(self.base, self.settings, runs_dir=self.runs)
+    models = sweep_progress.model_progress(self.base, self.settings, runs_dir=self.runs)
     self.assertEqual([(m.state, m.seconds, m.fit) for m in models[:2]],
                      [("done", 300.0, False), ("not evaluated", 30.0, True)])
-    s = engine.progress_summary(models, cores=1)
+    s = sweep_progress.progress_summary(models, cores=1)
     self.assertEqual(s["states"]["not evaluated"], 1)
     self.assertEqual((s["median_minutes"], s["longest_minutes"]), (2.75, 5.0))
 
@@ -538,27 +552,28 @@ class ProgressTest(absltest.TestCase):
     recipe = self.settings.recipe
     other = dataclasses.replace(self.settings, examples=self.settings.examples + 1)
     self._finished("copy-rope-s0", recipe, fit=True, seconds=60.0, eval_settings=other)
-    self.assertEqual(engine.model_progress(self.base, self.settings, runs_dir=self.runs)[0].state,
+    self.assertEqual(sweep_progress.model_progress(self.base, self.settings,
+                                                   runs_dir=self.runs)[0].state,
                      "not evaluated")
 
   def test_interim_results_and_the_estimate_per_task(self):
     settings = dataclasses.replace(
-        self.settings, tasks=self.settings.tasks + (engine.TaskSpec("reverse", 2, (1, 3)),),
-        variants=("rope", "rope" + engine.RANDOMIZED), seeds=(0,), rescue_steps=0)
+        self.settings, tasks=self.settings.tasks + (sweep.TaskSpec("reverse", 2, (1, 3)),),
+        variants=("rope", "rope" + sweep.RANDOMIZED), seeds=(0,), rescue_steps=0)
     self.settings = settings
     self.models = {label: (config, spec, variant) for _, spec, variant, config, label
-                   in engine.model_order(self.base, settings)}
+                   in model_runs.model_order(self.base, settings)}
     recipe = settings.recipe
     self.assertEqual(list(self.models), ["copy-rope-s0", "copy-rope_randomized-s0",
                                          "reverse-rope-s0", "reverse-rope_randomized-s0"])
     self._finished("copy-rope-s0", recipe, fit=True, seconds=60.0, ood=0.2)
     self._finished("copy-rope_randomized-s0", recipe, fit=True, seconds=180.0, ood=0.6)
     self._finished("reverse-rope-s0", recipe, fit=False, seconds=600.0, ood=0.9)
-    models = engine.model_progress(self.base, settings, runs_dir=self.runs)
+    models = sweep_progress.model_progress(self.base, settings, runs_dir=self.runs)
     self.assertEqual([(m.task, m.fit, m.ood) for m in models],
                      [("copy", True, 0.2), ("copy", True, 0.6), ("reverse", False, 0.9),
                       ("reverse", None, None)])
-    s = engine.progress_summary(models, cores=1)
+    s = sweep_progress.progress_summary(models, cores=1)
     copy, reverse = s["tasks"]["copy"], s["tasks"]["reverse"]
     self.assertEqual((copy["done"], copy["fit"], copy["plain"]["median"],
                       copy["randomized"]["median"], copy["best"]),
@@ -567,9 +582,9 @@ class ProgressTest(absltest.TestCase):
     self.assertEqual((reverse["done"], reverse["fit"], reverse["plain"]["n"], reverse["best"]),
                      (1, 0, 0, None))
     # Fewer than TASK_MEDIAN_MIN finished models of reverse: the median of all (3 min) applies.
-    self.assertEqual(engine.TASK_MEDIAN_MIN, 3)
+    self.assertEqual(sweep_progress.TASK_MEDIAN_MIN, 3)
     self.assertAlmostEqual(s["left_one_core_minutes"], 3.0)
-    lines = engine.progress_lines("t", s, self.runs, metric_label="per-token accuracy")
+    lines = sweep_progress.progress_lines("t", s, self.runs, metric_label="per-token accuracy")
     self.assertIn("  interim, finished models only (not the study's verdicts): OOD per-token "
                   "accuracy of the models that fit, median [min-max] over PEs and seeds (count)",
                   lines)
@@ -583,27 +598,27 @@ class ProgressTest(absltest.TestCase):
     models = [dataclasses.replace(m, task="copy", state="done", seconds=s_)
               for m, s_ in zip(models[:3], (60.0, 120.0, 600.0))] + [
                   dataclasses.replace(models[3], task="copy", seconds=30.0)]
-    self.assertAlmostEqual(engine.progress_summary(models, cores=1)["left_one_core_minutes"],
+    self.assertAlmostEqual(sweep_progress.progress_summary(models,
+                                                           cores=1)["left_one_core_minutes"],
                            2.0 - 0.5)
 
   def test_nothing_finished_gives_no_estimate_and_bad_cores_are_refused(self):
-    s = engine.progress_summary(engine.model_progress(self.base, self.settings,
+    s = sweep_progress.progress_summary(sweep_progress.model_progress(self.base, self.settings,
                                                       runs_dir=self.runs), cores=2)
     self.assertEqual((s["done"], s["states"]["not started"]), (0, 4))
     self.assertIsNone(s["left_one_core_minutes"])
     self.assertIn("  left: no estimate until a model has finished",
-                  engine.progress_lines("t", s, self.runs))
+                  sweep_progress.progress_lines("t", s, self.runs))
     with self.assertRaisesRegex(ValueError, "cores must be >= 1, got 0"):
-      engine.progress_summary([], cores=0)
+      sweep_progress.progress_summary([], cores=0)
 
   def test_the_progress_option_trains_nothing_and_writes_no_report(self):
-    from experiments import study_report  # pylint: disable=g-import-not-at-top
     workdir = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(progress=True, workdir=str(workdir),
+    options = study_options.StudyOptions(progress=True, workdir=str(workdir),
                                         runs_dir=str(self.runs), command="t")
     self.base = kazemnejad_suite.base_config(options)  # The study's models, not the tiny ones.
     self.models = {label: (config, spec, variant) for _, spec, variant, config, label
-                   in engine.model_order(self.base, self.settings)}
+                   in model_runs.model_order(self.base, self.settings)}
     self._finished("copy-rope-s0", self.settings.recipe, fit=True, seconds=60.0)
     lines = []
     with mock.patch.object(convergence, "train_to_fit", side_effect=AssertionError("trained")):

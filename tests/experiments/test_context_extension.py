@@ -9,7 +9,9 @@ from absl.testing import absltest
 import pytest
 
 from experiments import context_extension
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import study_options
+from experiments.study import trained_runs
 
 L = 32
 
@@ -31,25 +33,25 @@ TUNED = {"linear": {4 * L: 9.6}, "yarn": {4 * L: 9.5}}
 class VerdictTest(absltest.TestCase):
 
   def test_published_shape_holds(self):
-    self.assertEqual(_statuses(ZERO, TUNED), [study_report.HELD] * 4)
+    self.assertEqual(_statuses(ZERO, TUNED), [expectations.HELD] * 4)
 
   def test_each_claim_can_fail(self):
     zero = {k: dict(v) for k, v in ZERO.items()}
     zero["dynamic"][4 * L] = 300.0  # Worse than plain RoPE beyond L.
     zero["yarn"][2 * L] = 40.0  # Worse than PI beyond L (geometric mean).
     tuned = {"linear": {4 * L: 12.0}, "yarn": {4 * L: 13.0}}  # YaRN > 1.02 x PI; PI > 1.1 x base.
-    self.assertEqual(_statuses(zero, tuned), [study_report.NOT_HELD] * 4)
+    self.assertEqual(_statuses(zero, tuned), [expectations.NOT_HELD] * 4)
 
   def test_missing_perplexity_is_not_measurable(self):
     zero = {k: dict(v) for k, v in ZERO.items()}
     zero["dynamic"][4 * L] = None
-    self.assertEqual(_statuses(zero, {})[0], study_report.NOT_MEASURED)
+    self.assertEqual(_statuses(zero, {})[0], expectations.NOT_MEASURED)
 
   def test_finetune_config_keeps_tokens_per_step(self):
     from experiments import extrapolation  # pylint: disable=g-import-not-at-top
-    base = extrapolation.base_config(study_report.StudyOptions(quick=True))
-    settings = context_extension.settings_for(study_report.StudyOptions(quick=True), base)
-    info = study_report.RunInfo(pathlib.Path("runs/base"), settings.steps, 1.0, 1.0, 3.0, 0.0,
+    base = extrapolation.base_config(study_options.StudyOptions(quick=True))
+    settings = context_extension.settings_for(study_options.StudyOptions(quick=True), base)
+    info = trained_runs.RunInfo(pathlib.Path("runs/base"), settings.steps, 1.0, 1.0, 3.0, 0.0,
                                 True)
     ft = context_extension.finetune_config(base, info, "yarn", settings)
     self.assertEqual(ft.data.train_len * ft.data.batch_size,
@@ -57,16 +59,16 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual((ft.pe.scaling, ft.pe.factor), ("yarn", 4.0))
     self.assertEqual(ft.pe.original_max_position, base.data.train_len)
     # The fine-tuned model's PE: YaRN x4 from the pre-training length.
-    from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-    pe = experiment.pe_config_from(ft)
+    from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
+    pe = decoder_from_config.pe_config_from(ft)
     self.assertEqual((pe.scaling.name, pe.scaling.factor, pe.scaling.original_max_position),
                      ("yarn", 4.0, base.data.train_len))
     # Linear has no original length: it is left unset (setting it would be an error).
     linear = context_extension.finetune_config(base, info, "linear", settings)
     self.assertIsNone(linear.pe.original_max_position)
-    self.assertEqual(experiment.pe_config_from(linear).scaling.factor, 4.0)
+    self.assertEqual(decoder_from_config.pe_config_from(linear).scaling.factor, 4.0)
     none = context_extension.finetune_config(base, info, "none", settings)
-    self.assertIsNone(experiment.pe_config_from(none).scaling)
+    self.assertIsNone(decoder_from_config.pe_config_from(none).scaling)
     self.assertEqual(ft.train.init_from, "runs/base")
     self.assertEqual(ft.train.steps, round(0.15 * base.train.steps))
 
@@ -78,7 +80,7 @@ class SmokeTest(absltest.TestCase):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"
     corpus.write_text(pathlib.Path(context_extension.__file__).read_text() * 3)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
         command="test", overrides={
             "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,

@@ -9,7 +9,9 @@ from absl.testing import absltest
 import pytest
 
 from experiments import extrapolation
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import pe_capabilities
+from experiments.study import study_options
 
 L = 32
 
@@ -44,7 +46,7 @@ class VerdictTest(absltest.TestCase):
   def test_published_shape_holds_everywhere(self):
     statuses = _statuses(PUBLISHED)
     self.assertLen(statuses, 6)
-    self.assertEqual(set(statuses.values()), {study_report.HELD})
+    self.assertEqual(set(statuses.values()), {expectations.HELD})
 
   def test_each_claim_can_fail(self):
     curves = {pe: dict(points) for pe, points in PUBLISHED.items()}
@@ -54,12 +56,12 @@ class VerdictTest(absltest.TestCase):
     curves["rope"][16 * L] = 11.0  # Only x1.08.
     curves["t5"][16 * L] = 20.0  # Worse ratio than RoPE.
     statuses = _statuses(curves)
-    self.assertEqual(set(statuses.values()), {study_report.NOT_HELD}, statuses)
+    self.assertEqual(set(statuses.values()), {expectations.NOT_HELD}, statuses)
 
   def test_missing_numbers_are_not_measurable(self):
     curves = {"alibi": {L: 10.0, 16 * L: None}}
     (v,) = extrapolation.verdicts(_summary(curves), train_len=L, max_len=16 * L)
-    self.assertEqual(v.status, study_report.NOT_MEASURED)
+    self.assertEqual(v.status, expectations.NOT_MEASURED)
 
   def test_summarize_spreads_over_seeds(self):
     rows = lambda ppl: [{"length": L, "mode": "nonoverlap", "perplexity": ppl, "status": "ok"}]
@@ -74,23 +76,23 @@ class SelectionTest(absltest.TestCase):
 
   def test_every_registered_pe_and_the_bounded_tables(self):
     from pejax.nn import pe_names  # pylint: disable=g-import-not-at-top
-    base = extrapolation.base_config(study_report.StudyOptions(quick=True))
+    base = extrapolation.base_config(study_options.StudyOptions(quick=True))
     pes = extrapolation.study_pes(base)
     self.assertEqual(pes, pe_names())
     bounded = extrapolation.bounded_pes(base, pes)
     self.assertIn("learned", bounded)  # The learned table: data.train_len rows.
     self.assertEqual(set(bounded.values()), {int(base.data.train_len)})
     for pe in bounded:
-      self.assertIsNotNone(study_report.pe_max_length(extrapolation.pe_config(base, pe, 0)))
+      self.assertIsNotNone(pe_capabilities.pe_max_length(extrapolation.pe_config(base, pe, 0)))
 
   def test_bounded_default_comes_from_the_capability(self):
     # verdicts() without ``bounded`` finds the learned table from its PE class, not its name.
     statuses = _statuses({"learned": {L: 10.4, 16 * L: None}})
-    self.assertEqual(list(statuses.values()), [study_report.HELD])
+    self.assertEqual(list(statuses.values()), [expectations.HELD])
     self.assertEqual(extrapolation.verdicts(_summary({"rope": {L: 1.0, 16 * L: 2.0}}),
                                             train_len=L, max_len=16 * L,
                                             bounded={"rope": L})[0].status,
-                     study_report.NOT_HELD)
+                     expectations.NOT_HELD)
 
 
 class SmokeTest(absltest.TestCase):
@@ -100,7 +102,7 @@ class SmokeTest(absltest.TestCase):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"
     corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
         command="test", overrides={
             "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
@@ -116,7 +118,7 @@ class SmokeTest(absltest.TestCase):
       self.assertEqual((tmp / "report" / f"extrapolation_{mode}.png").read_bytes()[:4],
                        b"\x89PNG")
     payload = json.loads((tmp / "report" / "results.json").read_text())
-    self.assertEqual(payload["verdicts"][0]["status"], study_report.HELD)
+    self.assertEqual(payload["verdicts"][0]["status"], expectations.HELD)
     learned = results["summary"]["learned"]["nonoverlap"]
     self.assertIsNotNone(learned[str(L)]["mean"])
     self.assertIsNone(learned[str(2 * L)]["mean"])  # Past the table: n/a, not a number.

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from experiments import gallery
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import study_options
 from pejax import encodings as pe_lib
 
 _TINY = gallery.GallerySettings(num_positions=32, sinusoid_dim=16, similarity_distance=128,
@@ -53,9 +54,9 @@ class CheckTest(absltest.TestCase):
 
   def test_check_becomes_failed_verdict(self):
     check = gallery.Check("x.png", "prop", "crit", "measured", False, 0.0)
-    self.assertEqual(check.to_verdict().status, study_report.NOT_HELD)
+    self.assertEqual(check.to_verdict().status, expectations.NOT_HELD)
     self.assertEqual(gallery.Check("x.png", "p", "c", "m", True, 1.0).to_verdict().status,
-                     study_report.HELD)
+                     expectations.HELD)
 
 
 class RunTest(absltest.TestCase):
@@ -63,7 +64,7 @@ class RunTest(absltest.TestCase):
   @pytest.mark.slow
   def test_run_writes_report_json_and_pngs(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(quick=True, workdir=str(workdir), command="test")
+    options = study_options.StudyOptions(quick=True, workdir=str(workdir), command="test")
     results = gallery.run(options, settings=_TINY, log=lambda _: None)
     report = (workdir / "report.md").read_text()
     self.assertIn("Expectation vs measured", report)

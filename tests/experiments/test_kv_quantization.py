@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from experiments import kv_quantization
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import study_options
 from pejax.nn import Decoder, DecoderConfig
 
 L = 16
@@ -42,8 +43,8 @@ class NumbersTest(absltest.TestCase):
     table = {"rope": {L: _row(10.0, 10.05), 2 * L: _row(10.0, 10.2)},
              "alibi": {L: _row(10.0, 9.85), 2 * L: _row(10.0, None)}}
     statuses = [v.status for v in kv_quantization.verdicts(table, train_len=L)]
-    self.assertEqual(statuses, [study_report.HELD, study_report.NOT_HELD,
-                                study_report.NOT_HELD, study_report.NOT_MEASURED])
+    self.assertEqual(statuses, [expectations.HELD, expectations.NOT_HELD,
+                                expectations.NOT_HELD, expectations.NOT_MEASURED])
 
 
 class CachePathTest(absltest.TestCase):
@@ -79,7 +80,7 @@ class SmokeTest(absltest.TestCase):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"
     corpus.write_text(pathlib.Path(kv_quantization.__file__).read_text() * 3)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
         command="test", overrides={
             "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,

@@ -7,8 +7,8 @@ import pathlib
 
 from absl.testing import absltest
 
-from experiments.algorithmic import engine
 from experiments.algorithmic import leaderboard
+from experiments.study import seed_statistics
 
 
 def _payload(study, family, board, mode="quick", seeds=(0,)):
@@ -22,9 +22,10 @@ class LeaderboardTest(absltest.TestCase):
 
   def test_table_has_a_row_per_pe_and_labels_each_column(self):
     a = _payload("length_generalization", "copy / reverse",
-                 {"rope": engine.seed_spread([0.1, 0.2, 0.3]), "none": engine.seed_spread([0.5])},
+                 {"rope": seed_statistics.spread([0.1, 0.2, 0.3]),
+                  "none": seed_statistics.spread([0.5])},
                  mode="full", seeds=(0, 1, 2))
-    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": engine.seed_spread([0.4])})
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])})
     text = leaderboard.table([a, b])
     self.assertIn("| PE | copy / reverse | Ruoss tasks |", text)
     self.assertIn("| rope | 0.20 [0.10-0.30] | 0.40 |", text)
@@ -33,7 +34,7 @@ class LeaderboardTest(absltest.TestCase):
     self.assertIn("`length_generalization` full run, 3 seed(s)", text)
 
   def test_a_column_scored_per_token_says_so(self):
-    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": engine.seed_spread([0.4])})
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])})
     b["results"]["settings"]["metric"] = "token_accuracy"
     text = leaderboard.table([b])
     self.assertIn("| PE | Ruoss tasks (per-token accuracy) |", text)

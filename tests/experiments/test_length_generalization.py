@@ -10,16 +10,17 @@ from absl.testing import absltest
 import pytest
 
 from experiments import length_generalization as lg
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import sweep
+from experiments.study import study_options
 
 
 def _entry(values, fit=True):
   records = [{"fit": fit, "in_dist": 1.0 if fit else 0.5, "best_in_dist": 1.0 if fit else 0.6,
               "steps": 100, "steps_to_fit": 100 if fit else None, "ood": v, "ood_2x": v,
               "ood_far": v} for v in values]
-  return engine.summarize_variant(records)
+  return seed_summary.summarize_variant(records)
 
 
 class ClaimsTest(absltest.TestCase):
@@ -36,7 +37,7 @@ class ClaimsTest(absltest.TestCase):
                      (["rope+randomized"], ["rope"]))
 
   def test_verdicts_use_the_seed_spread_and_name_unfit_variants(self):
-    settings = engine.Settings(tasks=(), variants=(), seeds=(0, 1, 2),
+    settings = sweep.Settings(tasks=(), variants=(), seeds=(0, 1, 2),
                                recipe=convergence.Recipe(max_steps=500))
     summary = {"copy": {"none": _entry([0.5, 0.6, 0.7]), "sinusoidal": _entry([0.1, 0.2, 0.3]),
                         "learned": _entry([0.0, 0.0, 0.0], fit=False)},
@@ -51,11 +52,11 @@ class ClaimsTest(absltest.TestCase):
 
   @pytest.mark.slow
   def test_quick_keeps_one_pe_per_kind(self):
-    base = lg.base_config(study_report.StudyOptions(quick=True))
-    settings = lg.settings_for(study_report.StudyOptions(quick=True), base)
+    base = lg.base_config(study_options.StudyOptions(quick=True))
+    settings = lg.settings_for(study_options.StudyOptions(quick=True), base)
     self.assertEqual(settings.variants, ("none", "sinusoidal", "rope", "rope+randomized"))
     self.assertEqual(settings.seeds, (0,))
-    full = lg.settings_for(study_report.StudyOptions(), base)
+    full = lg.settings_for(study_options.StudyOptions(), base)
     self.assertEqual(full.seeds, (0, 1, 2))
     self.assertIn("cope", full.variants)  # Every registered PE enters by capability.
     self.assertNotIn("none+randomized", full.variants)
@@ -67,13 +68,13 @@ class TinyStudyTest(absltest.TestCase):
   @pytest.mark.slow
   def test_tiny_run_writes_report_and_resumes(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"),
         overrides={"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
                    "data.batch_size": 4, "optim.warmup_steps": 1},
         command="test")
-    settings = engine.Settings(
-        tasks=(engine.TaskSpec("copy", 2, (1, 2, 3, 4)),), variants=("rope", "rope+randomized"),
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (1, 2, 3, 4)),), variants=("rope", "rope+randomized"),
         seeds=(0,), recipe=convergence.Recipe(max_steps=3, check_every=2, check_examples=4),
         examples=2)
     lg.run(options, settings=settings, log=lambda _: None)
@@ -118,14 +119,14 @@ class TinyStudyTest(absltest.TestCase):
 class SelectVariantsTest(absltest.TestCase):
 
   def test_subset_keeps_the_study_order_and_rejects_unknown_labels(self):
-    settings = engine.Settings(tasks=(), variants=("none", "rope", "rope+randomized", "alibi"),
+    settings = sweep.Settings(tasks=(), variants=("none", "rope", "rope+randomized", "alibi"),
                                seeds=(0,), recipe=convergence.Recipe())
-    self.assertIs(engine.select_variants(settings, ()), settings)
-    self.assertEqual(engine.select_variants(settings, ("alibi", "rope")).variants,
+    self.assertIs(sweep.select_variants(settings, ()), settings)
+    self.assertEqual(sweep.select_variants(settings, ("alibi", "rope")).variants,
                      ("rope", "alibi"))
-    with self.assertRaisesRegex(study_report.StudyOptionError,
+    with self.assertRaisesRegex(study_options.StudyOptionError,
                                 "--pes: xpos not among this study's variants"):
-      engine.select_variants(settings, ("rope", "xpos"))
+      sweep.select_variants(settings, ("rope", "xpos"))
 
 
 if __name__ == "__main__":

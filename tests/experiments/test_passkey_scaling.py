@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from experiments import passkey_scaling
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.study import expectations
+from experiments.study import seed_statistics
+from experiments.study import study_options
 from pejax.data import passkey_mixture
 
 L = 96
@@ -21,7 +22,7 @@ SETTINGS = passkey_scaling.Settings(train_len=L, seeds=(0, 1, 2), multipliers=(1
 
 
 def _s(*values):
-  return engine.seed_spread(list(values))
+  return seed_statistics.spread(list(values))
 
 
 def _numbers(at_l, none, linear, ntk, dynamic, yarn, ft_linear, ft_yarn, beyond_linear,
@@ -50,7 +51,7 @@ class VerdictTest(absltest.TestCase):
                        _s(0.95, 1.0, 0.92), _s(1.0, 1.0, 0.97), _s(0.1, 0.2, 0.1),
                        _s(0.5, 0.6, 0.7))
     statuses = [v.status for v in passkey_scaling.verdicts(numbers, SETTINGS)]
-    self.assertEqual(statuses, [study_report.HELD] * 8)
+    self.assertEqual(statuses, [expectations.HELD] * 8)
 
   def test_overlapping_seeds_do_not_hold(self):
     # yarn's median is far above, but one yarn seed is below one linear seed.
@@ -61,13 +62,13 @@ class VerdictTest(absltest.TestCase):
     by_claim = {v.expectation: v.status for v in passkey_scaling.verdicts(numbers, SETTINGS)}
     self.assertEqual(
         by_claim["Zero-shot, YaRN (Peng et al. 2023) retrieves beyond L better than no scaling "
-                 "and PI"], study_report.NOT_HELD)
+                 "and PI"], expectations.NOT_HELD)
 
   def test_no_retrieval_at_l_leaves_extension_unjudged(self):
     numbers = _numbers(_s(0.5, 0.95, 1.0), *[_s(0.5)] * 9)
     out = passkey_scaling.verdicts(numbers, SETTINGS)
-    self.assertEqual(out[0].status, study_report.NOT_HELD)
-    self.assertTrue(all(v.status == study_report.NOT_MEASURED for v in out[1:]))
+    self.assertEqual(out[0].status, expectations.NOT_HELD)
+    self.assertTrue(all(v.status == expectations.NOT_MEASURED for v in out[1:]))
     self.assertIn("did not retrieve at L", out[1].note)
 
   def test_extension_is_judged_on_the_seeds_that_retrieve(self):
@@ -75,14 +76,14 @@ class VerdictTest(absltest.TestCase):
            _s(0.95, 1.0), _s(1.0, 1.0), _s(0.1, 0.2), _s(0.5, 0.6)]
     numbers = {**_numbers(*two), "retrieving": {"n": 2, "of": 3, "left_out": [2]}}
     out = passkey_scaling.verdicts(numbers, SETTINGS)
-    self.assertEqual([v.status for v in out], [study_report.HELD] * 8)
+    self.assertEqual([v.status for v in out], [expectations.HELD] * 8)
     self.assertIn("2 of 3 seeds retrieve", out[0].measured)
     self.assertIn("seed(s) 2 did not retrieve at L", out[0].note)
     # One retrieving seed of three is not a majority: nothing beyond L is judged.
     numbers["retrieving"] = {"n": 1, "of": 3, "left_out": [1, 2]}
     out = passkey_scaling.verdicts(numbers, SETTINGS)
-    self.assertEqual(out[0].status, study_report.NOT_HELD)
-    self.assertTrue(all(v.status == study_report.NOT_MEASURED for v in out[1:]))
+    self.assertEqual(out[0].status, expectations.NOT_HELD)
+    self.assertTrue(all(v.status == expectations.NOT_MEASURED for v in out[1:]))
 
 
 class MixtureTest(absltest.TestCase):
@@ -112,7 +113,7 @@ class SmokeTest(absltest.TestCase):
   @pytest.mark.slow
   def test_tiny_run_writes_report_json_and_heatmaps(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), command="test",
         overrides={"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
                    "data.batch_size": 2, "optim.warmup_steps": 1})
@@ -128,7 +129,7 @@ class SmokeTest(absltest.TestCase):
     self.assertEqual((tmp / "report" / "passkey_heatmaps.png").read_bytes()[:4], b"\x89PNG")
     payload = json.loads((tmp / "report" / "results.json").read_text())
     # Two training steps cannot retrieve: the sanity verdict must say so.
-    self.assertEqual(payload["verdicts"][0]["status"], study_report.NOT_HELD)
+    self.assertEqual(payload["verdicts"][0]["status"], expectations.NOT_HELD)
     self.assertLen(payload["results"]["per_seed"][0]["finetuned"]["yarn"], 2)  # 2L x 2 depths.
 
 
@@ -149,21 +150,21 @@ class PretrainedTest(absltest.TestCase):
     self.assertEqual(passkey_scaling.pretrained_context(str(YARN_FIXTURE), yarn, {}), 8)
 
   def test_a_context_too_short_for_the_prompt_fails_before_any_work(self):
-    from pejax.train import experiment  # pylint: disable=g-import-not-at-top
-    options = study_report.StudyOptions(quick=True, workdir=self.create_tempdir().full_path,
+    from pejax import experiment_config  # pylint: disable=g-import-not-at-top
+    options = study_options.StudyOptions(quick=True, workdir=self.create_tempdir().full_path,
                                         overrides={"train.init_from_hf": str(FIXTURE)})
-    with self.assertRaisesRegex(experiment.ConfigError,
+    with self.assertRaisesRegex(experiment_config.ConfigError,
                                 "L=64 .* cannot hold the passkey prompt.*--train_len"):
       passkey_scaling.run(options, log=lambda _: None)
-    options = study_report.StudyOptions(quick=True, overrides={
+    options = study_options.StudyOptions(quick=True, overrides={
         "train.init_from_hf": "/nonexistent/checkpoint"})
-    with self.assertRaisesRegex(experiment.ConfigError, "--init_from_hf=/nonexistent"):
+    with self.assertRaisesRegex(experiment_config.ConfigError, "--init_from_hf=/nonexistent"):
       passkey_scaling.run(options, log=lambda _: None)
 
   @pytest.mark.slow
   def test_quick_run_writes_the_grid_of_every_scaling(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(quick=True, workdir=str(workdir), overrides={
+    options = study_options.StudyOptions(quick=True, workdir=str(workdir), overrides={
         "train.init_from_hf": str(FIXTURE), "data.train_len": 200})
     results = passkey_scaling.run(options, log=lambda _: None)
     self.assertEqual(results["train_len"], 200)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from experiments import streaming_llm
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import study_options
 from pejax.nn import Decoder, DecoderConfig
 
 SETTINGS = streaming_llm.Settings(
@@ -174,7 +175,7 @@ class VerdictTest(absltest.TestCase):
     statuses = self._statuses(_summary(window=40.0, sinks=5.2, oracle=5.0, full=30.0),
                               {"rope": [0.05, 0.6], "alibi": [0.05, 0.3]})
     self.assertLen(statuses, 8)
-    self.assertTrue(all(s == study_report.HELD for _, s in statuses), statuses)
+    self.assertTrue(all(s == expectations.HELD for _, s in statuses), statuses)
 
   def test_no_collapse_and_drift_do_not_hold(self):
     # Window only 1.3x sinks; sinks 1.2x the oracle; RoPE full cache only 1.1x the oracle.
@@ -182,7 +183,7 @@ class VerdictTest(absltest.TestCase):
                                       SETTINGS, sink_mass={"rope": [0.05, 0.1]})
     by_claim = {v.expectation: v for v in verdicts}
     rope = [v for e, v in by_claim.items() if e.startswith("rope")]
-    self.assertEqual([v.status for v in rope], [study_report.NOT_HELD] * 4)
+    self.assertEqual([v.status for v in rope], [expectations.NOT_HELD] * 4)
     collapse = rope[0]
     self.assertIn("no strong attention sink", collapse.note)
     self.assertIn("1.0e-01", collapse.note)  # The measured mass is quoted.
@@ -190,13 +191,13 @@ class VerdictTest(absltest.TestCase):
   def test_margin_is_inclusive_and_missing_numbers_are_not_measurable(self):
     verdicts = streaming_llm.verdicts(_summary(window=7.5, sinks=5.0, oracle=5.0, full=7.5),
                                       SETTINGS)
-    self.assertEqual(verdicts[0].status, study_report.HELD)  # Exactly 1.5x: a collapse.
-    self.assertEqual(verdicts[2].status, study_report.HELD)  # Exactly 1.5x: degraded.
+    self.assertEqual(verdicts[0].status, expectations.HELD)  # Exactly 1.5x: a collapse.
+    self.assertEqual(verdicts[2].status, expectations.HELD)  # Exactly 1.5x: degraded.
     summary = _summary(window=40.0, sinks=5.0, oracle=5.0, full=30.0)
     summary["rope"]["full"]["ranges"]["past_L"] = None
     claims = {v.expectation: v.status for v in streaming_llm.verdicts(summary, SETTINGS)}
     self.assertEqual([s for e, s in claims.items() if "full (dense)" in e],
-                     [study_report.NOT_MEASURED])
+                     [expectations.NOT_MEASURED])
 
 
 class SmokeTest(absltest.TestCase):
@@ -206,7 +207,7 @@ class SmokeTest(absltest.TestCase):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"
     corpus.write_text(pathlib.Path(streaming_llm.__file__).read_text() * 3)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
         command="test", overrides={
             "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,

@@ -15,9 +15,11 @@ import pytest
 from experiments import content_tasks
 from experiments import kazemnejad_suite
 from experiments import ruoss_suite
-from experiments import study_report
 from experiments.algorithmic import convergence
-from experiments.algorithmic import engine
+from experiments.algorithmic import model_runs
+from experiments.algorithmic import seed_summary
+from experiments.algorithmic import sweep
+from experiments.study import study_options
 
 TINY = {"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
         "data.batch_size": 4, "optim.warmup_steps": 1}
@@ -25,7 +27,7 @@ RECIPE = convergence.Recipe(max_steps=2, check_every=2, check_examples=4)
 
 
 def _entry(values, fit=True):
-  return engine.summarize_variant([
+  return seed_summary.summarize_variant([
       {"fit": fit, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 10, "steps_to_fit": 10,
        "ood": v, "ood_2x": v, "ood_far": v} for v in values])
 
@@ -45,7 +47,7 @@ class SettingsTest(absltest.TestCase):
 
   def test_ruoss_scores_per_token_as_the_paper_and_the_others_exact_match(self):
     for quick in (False, True):
-      options = study_report.StudyOptions(quick=quick)
+      options = study_options.StudyOptions(quick=quick)
       base = ruoss_suite.base_config(options)
       self.assertEqual(ruoss_suite.settings_for(options, base).metric, "token_accuracy")
       self.assertEqual(
@@ -73,12 +75,12 @@ class SettingsTest(absltest.TestCase):
 
   def test_a_shard_trains_its_models_and_writes_no_report(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(workdir=str(tmp / "r"), runs_dir=str(tmp / "m"),
+    options = study_options.StudyOptions(workdir=str(tmp / "r"), runs_dir=str(tmp / "m"),
                                         shard=(0, 2), command="t")
-    settings = engine.Settings(tasks=(engine.TaskSpec("parity", 2, (1, 3)),),
+    settings = sweep.Settings(tasks=(sweep.TaskSpec("parity", 2, (1, 3)),),
                                variants=("rope", "alibi", "none"), seeds=(0,), recipe=RECIPE)
     calls = []
-    with mock.patch.object(engine, "run_models",
+    with mock.patch.object(model_runs, "run_models",
                            lambda *a, **k: calls.append(k["shard"]) or {("parity", "rope", 0): 1,
                                                                         ("parity", "none", 0): 1}):
       out = kazemnejad_suite.run(options, settings=settings, log=lambda _: None)
@@ -96,11 +98,11 @@ class TinyRunTest(parameterized.TestCase):
   @pytest.mark.slow
   def test_tiny_run_writes_report_and_leaderboard(self, module, task, variants, family):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(quick=True, workdir=str(tmp / "r"),
+    options = study_options.StudyOptions(quick=True, workdir=str(tmp / "r"),
                                         runs_dir=str(tmp / "m"), overrides=TINY, command="t")
     lo = 3 if task == "binary_addition" else 1
     metric = getattr(module, "METRIC", "exact_match")  # (The Ruoss tasks: per token.)
-    settings = engine.Settings(tasks=(engine.TaskSpec(task, 2, (1, 2, 3), train_min=lo),),
+    settings = sweep.Settings(tasks=(sweep.TaskSpec(task, 2, (1, 2, 3), train_min=lo),),
                                variants=variants, seeds=(0,), recipe=RECIPE, examples=2,
                                metric=metric)
     module.run(options, settings=settings, log=lambda _: None)
@@ -109,7 +111,7 @@ class TinyRunTest(parameterized.TestCase):
     self.assertEqual(payload["results"]["settings"]["metric"], metric)
     report = (tmp / "r" / "report.md").read_text()
     self.assertIn("Suite mean", report)
-    self.assertIn(f"Mean OOD {engine.METRICS[metric]} over the tasks", report)
+    self.assertIn(f"Mean OOD {sweep.METRICS[metric]} over the tasks", report)
     evals = [json.loads(f.read_text()) for f in (tmp / "m").rglob(convergence.EVAL_FILE)]
     self.assertLen(evals, len(variants))
     for stored in evals:  # The metric is part of the cache key (exact-match records predate it).
@@ -125,9 +127,9 @@ class TinyRunTest(parameterized.TestCase):
   def test_a_run_resumes_from_records_kept_without_weights(self):
     # What git keeps of a full run: fit.json and eval.json under <workdir>/models, no weights.
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(quick=True, workdir=str(tmp / "r"), overrides=TINY,
+    options = study_options.StudyOptions(quick=True, workdir=str(tmp / "r"), overrides=TINY,
                                         command="t")
-    settings = engine.Settings(tasks=(engine.TaskSpec("parity", 2, (1, 2, 3)),),
+    settings = sweep.Settings(tasks=(sweep.TaskSpec("parity", 2, (1, 2, 3)),),
                                variants=("rope",), seeds=(0,), recipe=RECIPE, examples=2)
     first = kazemnejad_suite.run(options, settings=settings, log=lambda _: None)
     models = tmp / "r" / "models"
@@ -141,7 +143,7 @@ class TinyRunTest(parameterized.TestCase):
     self.assertEqual(again["summary"], first["summary"])
     self.assertFalse(list(models.rglob("*.npz")))  # Nothing was trained again.
     fit = convergence.train_to_fit(
-        engine.variant_config(kazemnejad_suite.base_config(options), variant="rope", seed=0,
+        sweep.variant_config(kazemnejad_suite.base_config(options), variant="rope", seed=0,
                               max_position=settings.position_range),
         RECIPE, task="parity", train_sizes=(1, 2), runs_dir=models, label="parity-rope-s0")
     self.assertTrue(fit.reused)

@@ -8,8 +8,9 @@ import pathlib
 from absl.testing import absltest
 import pytest
 
-from experiments import study_report
 from experiments import training_curves
+from experiments.study import expectations
+from experiments.study import study_options
 
 RECORDS = [
     {"step": 10, "split": "train", "metrics": {"loss": 3.0}},
@@ -41,9 +42,9 @@ class VerdictTest(absltest.TestCase):
 
   def test_holds_and_fails(self):
     good = training_curves.verdicts({"sinusoidal": 1.5, "rope": 1.4, "alibi": 1.45}, unigram=3.2)
-    self.assertEqual([v.status for v in good], [study_report.HELD] * 3)
+    self.assertEqual([v.status for v in good], [expectations.HELD] * 3)
     bad = training_curves.verdicts({"sinusoidal": 1.3, "rope": 1.4, "alibi": 3.0}, unigram=3.2)
-    self.assertEqual([v.status for v in bad], [study_report.NOT_HELD] * 3)
+    self.assertEqual([v.status for v in bad], [expectations.NOT_HELD] * 3)
 
 
 class SmokeTest(absltest.TestCase):
@@ -53,7 +54,7 @@ class SmokeTest(absltest.TestCase):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     corpus = tmp / "corpus.txt"
     corpus.write_text(pathlib.Path(training_curves.__file__).read_text() * 3)
-    options = study_report.StudyOptions(
+    options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=4,
         command="test", overrides={
             "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,

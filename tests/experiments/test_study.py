@@ -1,4 +1,4 @@
-"""Tests of the shared study plumbing: overrides, spreads, verdicts, report, plots, cache."""
+"""Tests of experiments/study/: overrides, spreads, verdicts, report, plots, cache."""
 
 from __future__ import annotations
 
@@ -9,18 +9,24 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from experiments import study_report
+from experiments.study import expectations
+from experiments.study import markdown_report
+from experiments.study import result_cache
+from experiments.study import seed_statistics
+from experiments.study import study_options
+from experiments.study import table_cells
+from experiments.study import trained_runs
 from pejax import experiment_config
+from pejax.eval import report as eval_report
 
 
 class OverridesTest(absltest.TestCase):
 
-  def test_parse_and_apply_cast_to_the_field_type(self):
+  def test_apply_casts_strings_to_the_field_type(self):
     config = experiment_config.get_default_config()
-    overrides = study_report.parse_overrides(
-        ["model.d_model=64", "optim.learning_rate=0.01", "model.tie_embeddings=false",
-         "data.name=passkey"])
-    study_report.apply_overrides(config, overrides)
+    overrides = {"model.d_model": "64", "optim.learning_rate": "0.01",
+                 "model.tie_embeddings": "false", "data.name": "passkey"}
+    study_options.apply_overrides(config, overrides)
     self.assertEqual(config.model.d_model, 64)
     self.assertIsInstance(config.model.d_model, int)
     self.assertAlmostEqual(config.optim.learning_rate, 0.01)
@@ -30,53 +36,51 @@ class OverridesTest(absltest.TestCase):
   def test_bad_override_names_the_path(self):
     config = experiment_config.get_default_config()
     with self.assertRaisesRegex(ValueError, "model.nope"):
-      study_report.apply_overrides(config, {"model.nope": 1})
-    with self.assertRaisesRegex(ValueError, "override"):
-      study_report.parse_overrides(["model.d_model"])
+      study_options.apply_overrides(config, {"model.nope": 1})
 
   def test_run_dir_depends_on_model_settings_only(self):
     a = experiment_config.get_default_config()
     b = experiment_config.get_default_config()
     b.eval.num_tokens = 7  # Evaluation settings do not change the model.
-    self.assertEqual(study_report.run_dir_for(a, "r"), study_report.run_dir_for(b, "r"))
+    self.assertEqual(trained_runs.run_dir_for(a, "r"), trained_runs.run_dir_for(b, "r"))
     b.seed = 1
-    self.assertNotEqual(study_report.run_dir_for(a, "r"), study_report.run_dir_for(b, "r"))
+    self.assertNotEqual(trained_runs.run_dir_for(a, "r"), trained_runs.run_dir_for(b, "r"))
 
 
 class NumbersTest(absltest.TestCase):
 
   def test_spread_ignores_missing_values(self):
-    stats = study_report.spread([1.0, None, 3.0, float("nan")])
+    stats = seed_statistics.spread([1.0, None, 3.0, float("nan")])
     self.assertEqual(stats["n"], 2)
     self.assertAlmostEqual(stats["mean"], 2.0)
     self.assertAlmostEqual(stats["min"], 1.0)
     self.assertAlmostEqual(stats["max"], 3.0)
-    self.assertIsNone(study_report.spread([None])["mean"])
+    self.assertIsNone(seed_statistics.spread([None])["mean"])
 
   def test_formatting(self):
-    self.assertEqual(study_report.fmt(None), "n/a")
-    self.assertEqual(study_report.fmt(float("inf")), "n/a")
-    self.assertEqual(study_report.fmt(1.234), "1.23")
-    self.assertEqual(study_report.fmt_spread(study_report.spread([1.0, 3.0])), "2.00 [1.00-3.00]")
-    self.assertEqual(study_report.fmt_spread(study_report.spread([1.0])), "1.00")
+    self.assertEqual(table_cells.fmt(None), "n/a")
+    self.assertEqual(table_cells.fmt(float("inf")), "n/a")
+    self.assertEqual(table_cells.fmt(1.234), "1.23")
+    self.assertEqual(table_cells.fmt_spread(seed_statistics.spread([1.0, 3.0])), "2.00 [1.00-3.00]")
+    self.assertEqual(table_cells.fmt_spread(seed_statistics.spread([1.0])), "1.00")
 
 
 class VerdictTest(absltest.TestCase):
 
   def test_status_follows_the_check(self):
-    held = study_report.verdict("e", "c", "m", lambda: 1 < 2)
-    failed = study_report.verdict("e", "c", "m", lambda: 2 < 1)
-    missing = study_report.verdict("e", "c", "m", lambda: None < 1)  # TypeError: not measured.
-    self.assertEqual(held.status, study_report.HELD)
-    self.assertEqual(failed.status, study_report.NOT_HELD)
-    self.assertEqual(missing.status, study_report.NOT_MEASURED)
+    held = expectations.verdict("e", "c", "m", lambda: 1 < 2)
+    failed = expectations.verdict("e", "c", "m", lambda: 2 < 1)
+    missing = expectations.verdict("e", "c", "m", lambda: None < 1)  # TypeError: not measured.
+    self.assertEqual(held.status, expectations.HELD)
+    self.assertEqual(failed.status, expectations.NOT_HELD)
+    self.assertEqual(missing.status, expectations.NOT_MEASURED)
 
 
 class ReportTest(absltest.TestCase):
 
   def test_full_mode_prints_bold_verdicts_and_one_seed_is_indicative(self):
-    report = study_report.Report("A study", study="x", options=study_report.StudyOptions())
-    report.add_verdict(study_report.verdict("e", "c", "m", lambda: True))
+    report = markdown_report.Report("A study", study="x", options=study_options.StudyOptions())
+    report.add_verdict(expectations.verdict("e", "c", "m", lambda: True))
     self.assertIn("**held**", report.verdict_section())
     self.assertIn("1 of 1 expectations held", report.verdict_section())
     report.indicative = "1 seed, at most 800 steps"
@@ -85,12 +89,12 @@ class ReportTest(absltest.TestCase):
 
   def test_report_writes_markdown_json_and_png(self):
     workdir = pathlib.Path(self.create_tempdir().full_path)
-    options = study_report.StudyOptions(quick=True, command="python -m experiments.x --quick")
-    report = study_report.Report("A study", study="x", options=options)
-    report.add_verdict(study_report.verdict("claim A", "a < b", "1 < 2", lambda: True))
-    report.add_verdict(study_report.verdict("claim B", "a > b", "1 > 2", lambda: False))
+    options = study_options.StudyOptions(quick=True, command="python -m experiments.x --quick")
+    report = markdown_report.Report("A study", study="x", options=options)
+    report.add_verdict(expectations.verdict("claim A", "a < b", "1 < 2", lambda: True))
+    report.add_verdict(expectations.verdict("claim B", "a > b", "1 > 2", lambda: False))
     report.table(["pe", "ppl"], [["rope", "1.00"]], caption="**table**")
-    png = study_report.plot_curves(
+    png = eval_report.plot_curves(
         workdir / "curve.png", {"a": [(1, 2.0, 1.5, 2.5), (2, 3.0, 2.0, 4.0)], "b": [(1, None)]},
         xlabel="x", ylabel="y", logx=True, vline=1, hline=2.5)
     report.image(png, "a curve")
@@ -111,7 +115,7 @@ class ReportTest(absltest.TestCase):
     self.assertIsNone(payload["results"]["numbers"][1])  # NaN -> null: strict JSON.
 
   def test_markdown_table(self):
-    table = study_report.markdown_table(["a", "b"], [[1, 2]])
+    table = table_cells.markdown_table(["a", "b"], [[1, 2]])
     self.assertEqual(table.splitlines(), ["| a | b |", "|:---|---:|", "| 1 | 2 |"])
 
 
@@ -121,28 +125,28 @@ class CacheTest(absltest.TestCase):
     path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
     calls = []
     compute = lambda: calls.append(1) or {"x": len(calls)}
-    self.assertEqual(study_report.cached(path, {"k": 1}, compute), {"x": 1})
-    self.assertEqual(study_report.cached(path, {"k": 1}, compute), {"x": 1})
-    self.assertEqual(study_report.cached(path, {"k": 2}, compute), {"x": 2})
+    self.assertEqual(result_cache.cached(path, {"k": 1}, compute), {"x": 1})
+    self.assertEqual(result_cache.cached(path, {"k": 1}, compute), {"x": 1})
+    self.assertEqual(result_cache.cached(path, {"k": 2}, compute), {"x": 2})
     self.assertLen(calls, 2)
 
   def test_cached_value_reads_this_key_only_and_computes_nothing(self):
     path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
-    self.assertIsNone(study_report.cached_value(path, {"k": 1}))  # No file.
-    study_report.cached(path, {"k": 1}, lambda: {"x": 1})
-    self.assertEqual(study_report.cached_value(path, {"k": 1}), {"x": 1})
-    self.assertEqual(study_report.cached_value(path, {"k": 2}, default="none"), "none")
+    self.assertIsNone(result_cache.cached_value(path, {"k": 1}))  # No file.
+    result_cache.cached(path, {"k": 1}, lambda: {"x": 1})
+    self.assertEqual(result_cache.cached_value(path, {"k": 1}), {"x": 1})
+    self.assertEqual(result_cache.cached_value(path, {"k": 2}, default="none"), "none")
     path.write_text("not json")
-    self.assertIsNone(study_report.cached_value(path, {"k": 1}))
+    self.assertIsNone(result_cache.cached_value(path, {"k": 1}))
     path.write_text("[1]")  # JSON, not a record.
-    self.assertIsNone(study_report.cached_value(path, {"k": 1}))
+    self.assertIsNone(result_cache.cached_value(path, {"k": 1}))
 
   def test_a_stored_none_is_a_value_not_a_miss(self):
     path = pathlib.Path(self.create_tempdir().full_path) / "c.json"
     calls = []
     compute = lambda: calls.append(1)  # Returns None.
-    self.assertIsNone(study_report.cached(path, {"k": 1}, compute))
-    self.assertIsNone(study_report.cached(path, {"k": 1}, compute))
+    self.assertIsNone(result_cache.cached(path, {"k": 1}, compute))
+    self.assertIsNone(result_cache.cached(path, {"k": 1}, compute))
     self.assertLen(calls, 1)
 
 
@@ -205,21 +209,10 @@ class ReadablePlotsTest(absltest.TestCase):
     from pejax.eval import report  # pylint: disable=g-import-not-at-top
     path = pathlib.Path(self.create_tempdir().full_path) / "p.png"
     with mock.patch.object(report, "set_readable_log_ticks") as ticks:
-      study_report.plot_curves(path, {"rope + yarn x4": [(128, 8.5), (2048, 19.5, 18.0, 21.0)]},
+      eval_report.plot_curves(path, {"rope + yarn x4": [(128, 8.5), (2048, 19.5, 18.0, 21.0)]},
                                xlabel="L", ylabel="ppl", logx=True, logy=True)
     self.assertEqual(ticks.call_args.args[1:], (8.5, 21.0))
     self.assertTrue(path.exists())
-
-
-  def test_cpu_model_names_the_family_of_a_generic_name(self):
-    path = pathlib.Path(self.create_tempdir().full_path) / "cpuinfo"
-    path.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
-                    "model\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n"
-                    "model name\t: AMD EPYC\n")
-    self.assertEqual(study_report.cpu_model(str(path)), "AMD EPYC (family 26, model 2)")
-    path.write_text("model name\t: Some CPU\n")
-    self.assertEqual(study_report.cpu_model(str(path)), "Some CPU")
-    self.assertIn("cores, jax", study_report.machine())
 
   def test_plot_panels_draws_one_panel_per_group_and_hides_the_spare_axes(self):
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -228,7 +221,7 @@ class ReadablePlotsTest(absltest.TestCase):
               for i in range(5)}
     panels["none"] = {"plain": [(1, float("nan")), (2, 0.1)]}
     with mock.patch.object(plt, "close") as close:
-      study_report.plot_panels(path, panels, xlabel="size", ylabel="acc", title="t", vline=1.5,
+      eval_report.plot_panels(path, panels, xlabel="size", ylabel="acc", title="t", vline=1.5,
                                styles={"randomized": "--"}, colors={"plain": "tab:blue"})
     fig = close.call_args.args[0]
     visible = [ax for ax in fig.axes if ax.get_visible()]
@@ -238,9 +231,9 @@ class ReadablePlotsTest(absltest.TestCase):
     self.assertEqual(path.read_bytes()[:4], b"\x89PNG")
     plt.close(fig)
     with self.assertRaisesRegex(ValueError, "panels must not be empty"):
-      study_report.plot_panels(path, {}, xlabel="x", ylabel="y")
+      eval_report.plot_panels(path, {}, xlabel="x", ylabel="y")
     with self.assertRaisesRegex(ValueError, "ncols must be >= 1, got 0"):
-      study_report.plot_panels(path, panels, xlabel="x", ylabel="y", ncols=0)
+      eval_report.plot_panels(path, panels, xlabel="x", ylabel="y", ncols=0)
 
 
 if __name__ == "__main__":
