@@ -55,28 +55,31 @@ def copy_example(rng: np.random.Generator | int, *, length: int,
     ValueError: on a non-positive `length` or an invalid `alphabet`.
   """
   source = _random_string(rng, length, alphabet)
-  return synthetic_example.SyntheticExample(
-      prompt=source + SEPARATOR, answer=source, suffix=END, info={"source": source})
+  return _example(source, source)
 
 
 def reverse_example(rng: np.random.Generator | int, *, length: int,
                     alphabet: bytes = LOWERCASE) -> synthetic_example.SyntheticExample:
-  """A reverse example `b"<s>=<reversed s>\\n"` with a random string `s` of `length` characters.
+  """A reverse example `b"<s>=<reversed s>\\n"`: :func:`copy_example` with `s` reversed after `=`.
 
   Args:
-    rng: A numpy Generator, or a seed for `np.random.default_rng`.
-    length: Characters n >= 1 of the string; the text has `2 n + 2` bytes.
-    alphabet: Bytes the string is drawn from (uniformly); must not contain `=`, newline or 0.
+    rng: as for :func:`copy_example` (the same `rng` draws the same `s`).
+    length: as for :func:`copy_example`.
+    alphabet: as for :func:`copy_example`.
 
   Returns:
     The example; `info["source"]` holds `s` (the answer is `s` reversed).
 
   Raises:
-    ValueError: on a non-positive `length` or an invalid `alphabet`.
+    ValueError: as :func:`copy_example`.
   """
   source = _random_string(rng, length, alphabet)
+  return _example(source, source[::-1])
+
+
+def _example(source: bytes, answer: bytes) -> synthetic_example.SyntheticExample:
   return synthetic_example.SyntheticExample(
-      prompt=source + SEPARATOR, answer=source[::-1], suffix=END, info={"source": source})
+      prompt=source + SEPARATOR, answer=answer, suffix=END, info={"source": source})
 
 
 def _source_of(prompt: bytes) -> bytes:
@@ -101,7 +104,7 @@ def solve_copy(prompt: bytes) -> bytes:
 
 
 def solve_reverse(prompt: bytes) -> bytes:
-  """The correct reverse answer for a prompt `b"<s>="`, computed from the prompt alone.
+  """The correct reverse answer for a prompt `b"<s>="`: :func:`solve_copy`'s, reversed.
 
   Args:
     prompt: The prompt `b"<s>="`.
@@ -110,6 +113,6 @@ def solve_reverse(prompt: bytes) -> bytes:
     `s` reversed.
 
   Raises:
-    ValueError: if `prompt` does not end with `=` or has an empty string.
+    ValueError: as :func:`solve_copy`.
   """
   return _source_of(prompt)[::-1]

@@ -63,6 +63,33 @@ def _example(source: bytes, answer: bytes, **info) -> Example:
                  info={"source": source, **info})
 
 
+def _length(length: int, *, at_least: int = 1, task: str = "") -> int:
+  """``length`` checked: a positive int, and ``>= at_least`` (the smallest size of ``task``)."""
+  n = arg_checks.check_positive_int("length", length)
+  if n < at_least:
+    raise ValueError(f"length of {task} must be >= {at_least}, got {length}")
+  return n
+
+
+# The tasks whose input is a uniform random string and whose answer is a function of it alone:
+# name -> (alphabet, answer).
+_STRING_TASKS = {
+    "reverse_string": (b"01", lambda s: s[::-1]),
+    "duplicate_string": (b"01", lambda s: s + s),
+    "odds_first": (b"01", lambda s: s[0::2] + s[1::2]),
+    "bucket_sort": (b"01234", lambda s: bytes(sorted(s))),
+    "parity": (b"01", lambda s: b"1" if s.count(b"1") % 2 else b"0"),
+    "cycle_navigation": (b"><.", lambda s: str(sum(MOVES[c] for c in s) % CYCLE).encode()),
+}
+
+
+def _string_example(task: str, rng: np.random.Generator | int, length: int) -> Example:
+  """A random input of a ``_STRING_TASKS`` task, ``length`` symbols long, and its answer."""
+  alphabet, answer = _STRING_TASKS[task]
+  s = _bits(np.random.default_rng(rng), _length(length), alphabet)
+  return _example(s, answer(s))
+
+
 def _input_of(prompt: bytes) -> bytes:
   if not prompt.endswith(SEPARATOR) or len(prompt) < 2:
     raise ValueError(f"prompt must be b'<input>=', got {prompt[:40]!r}")
@@ -79,16 +106,12 @@ def reverse_string_example(rng: np.random.Generator | int, *, length: int) -> Ex
   Returns:
     The example (text `2 n + 2` bytes).
   """
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n)
-  return _example(s, s[::-1])
+  return _string_example("reverse_string", rng, length)
 
 
 def duplicate_string_example(rng: np.random.Generator | int, *, length: int) -> Example:
   """A binary string and the string written twice (text `3 n + 2` bytes)."""
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n)
-  return _example(s, s + s)
+  return _string_example("duplicate_string", rng, length)
 
 
 def missing_duplicate_example(rng: np.random.Generator | int, *, length: int) -> Example:
@@ -99,9 +122,7 @@ def missing_duplicate_example(rng: np.random.Generator | int, *, length: int) ->
   Raises:
     ValueError: for ``length < 2``.
   """
-  n = arg_checks.check_positive_int("length", length)
-  if n < 2:
-    raise ValueError(f"length of missing_duplicate must be >= 2, got {length}")
+  n = _length(length, at_least=2, task="missing_duplicate")
   rng = np.random.default_rng(rng)
   w = _bits(rng, n // 2)
   full = bytearray(w + w)
@@ -113,9 +134,7 @@ def missing_duplicate_example(rng: np.random.Generator | int, *, length: int) ->
 
 def odds_first_example(rng: np.random.Generator | int, *, length: int) -> Example:
   """``s1 s2 ... sn`` -> ``s1 s3 ... s2 s4 ...`` (odd positions first, 1-based; text 2n + 2)."""
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n)
-  return _example(s, s[0::2] + s[1::2])
+  return _string_example("odds_first", rng, length)
 
 
 def _lsb_value(bits: bytes) -> int:
@@ -124,6 +143,12 @@ def _lsb_value(bits: bytes) -> int:
 
 def _lsb_bits(value: int, width: int) -> bytes:
   return bytes(ord("1") if (value >> i) & 1 else ord("0") for i in range(width))
+
+
+def _binary_sum(s: bytes) -> bytes:
+  """``x+y`` (lsb first) -> ``x + y`` lsb first, ``max(|x|, |y|) + 1`` bits."""
+  x, y = s.split(b"+")
+  return _lsb_bits(_lsb_value(x) + _lsb_value(y), max(len(x), len(y)) + 1)
 
 
 def binary_addition_example(rng: np.random.Generator | int, *, length: int) -> Example:
@@ -135,35 +160,26 @@ def binary_addition_example(rng: np.random.Generator | int, *, length: int) -> E
   Raises:
     ValueError: for ``length < 3``.
   """
-  n = arg_checks.check_positive_int("length", length)
-  if n < 3:
-    raise ValueError(f"length of binary_addition must be >= 3, got {length}")
+  n = _length(length, at_least=3, task="binary_addition")
   rng = np.random.default_rng(rng)
   a = int(rng.integers(1, n - 1))
   x, y = _bits(rng, a), _bits(rng, n - 1 - a)
-  total = _lsb_value(x) + _lsb_value(y)
-  return _example(x + b"+" + y, _lsb_bits(total, max(len(x), len(y)) + 1))
+  return _example(x + b"+" + y, _binary_sum(x + b"+" + y))
 
 
 def bucket_sort_example(rng: np.random.Generator | int, *, length: int) -> Example:
   """A string over ``01234`` and the same symbols sorted (text 2n + 2)."""
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n, b"01234")
-  return _example(s, bytes(sorted(s)))
+  return _string_example("bucket_sort", rng, length)
 
 
 def parity_example(rng: np.random.Generator | int, *, length: int) -> Example:
   """A binary string -> ``1`` if it has an odd number of 1s, else ``0`` (text n + 3)."""
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n)
-  return _example(s, b"1" if s.count(b"1") % 2 else b"0")
+  return _string_example("parity", rng, length)
 
 
 def cycle_navigation_example(rng: np.random.Generator | int, *, length: int) -> Example:
   """Moves ``>`` (+1), ``<`` (-1), ``.`` (stay) on a cycle of 5 from 0 -> the final position."""
-  n = arg_checks.check_positive_int("length", length)
-  s = _bits(np.random.default_rng(rng), n, b"><.")
-  return _example(s, str(sum(MOVES[c] for c in s) % CYCLE).encode())
+  return _string_example("cycle_navigation", rng, length)
 
 
 def _run_stack(stack: bytes, actions: bytes) -> bytes:
@@ -188,9 +204,7 @@ def stack_manipulation_example(rng: np.random.Generator | int, *, length: int) -
   Raises:
     ValueError: for ``length < 2``.
   """
-  n = arg_checks.check_positive_int("length", length)
-  if n < 2:
-    raise ValueError(f"length of stack_manipulation must be >= 2, got {length}")
+  n = _length(length, at_least=2, task="stack_manipulation")
   rng = np.random.default_rng(rng)
   k = int(rng.integers(1, n))
   stack, actions = _bits(rng, k), _bits(rng, n - k, b"abp")
@@ -211,26 +225,15 @@ def solve(task: str, prompt: bytes) -> bytes:
     ValueError: for an unknown task or a malformed prompt.
   """
   s = _input_of(prompt)
-  if task == "reverse_string":
-    return s[::-1]
-  if task == "duplicate_string":
-    return s + s
+  if task in _STRING_TASKS:
+    return _STRING_TASKS[task][1](s)
   if task == "missing_duplicate":
     half = len(s) // 2
     where = s.index(MASK)
     other = where + half if where < half else where - half
     return s[other:other + 1]
-  if task == "odds_first":
-    return s[0::2] + s[1::2]
   if task == "binary_addition":
-    x, y = s.split(b"+")
-    return _lsb_bits(_lsb_value(x) + _lsb_value(y), max(len(x), len(y)) + 1)
-  if task == "bucket_sort":
-    return bytes(sorted(s))
-  if task == "parity":
-    return b"1" if s.count(b"1") % 2 else b"0"
-  if task == "cycle_navigation":
-    return str(sum(MOVES[c] for c in s) % CYCLE).encode()
+    return _binary_sum(s)
   if task == "stack_manipulation":
     stack, actions = s.split(STACK_SEPARATOR)
     return _run_stack(stack, actions)

@@ -70,8 +70,8 @@ _SCALINGS: Dict[str, type] = {}
 def register_scaling(cls: type) -> type:
   """Class decorator: registers a scaling dataclass under its ``name`` (one entry each).
 
-  A scaling class defines ``name``, ``length_dependent``, ``inv_freq(base, dim, seq_len)``
-  and optionally ``check_rotary_dim`` / ``from_fields``.
+  A scaling class defines ``name``, ``length_dependent``, ``_inv_freq(base, dim, seq_len)``
+  and optionally ``_check_fields``, ``check_rotary_dim`` / ``from_fields``.
 
   Args:
     cls: the scaling dataclass.
@@ -109,13 +109,40 @@ def scaling_class(name: str) -> type:
   return _SCALINGS[name]
 
 
+# Fields checked the same way by every scaling that has them (in field order, before the
+# scaling's own rules): positive finite floats, and positive ints. A field whose default is
+# ``None`` may be ``None``.
+_POSITIVE_FLOAT_FIELDS = ("factor", "beta_fast", "beta_slow", "low_freq_factor",
+                          "high_freq_factor", "attention_factor")
+_POSITIVE_INT_FIELDS = ("original_max_position",)
+
+
 class _ScalingBase:
-  """Shared behaviour of the scaling dataclasses (mixin)."""
+  """Shared behaviour of the scaling dataclasses (mixin).
+
+  A scaling implements ``_inv_freq`` (the public :meth:`inv_freq` documents it once) and, for
+  rules beyond the shared field checks, ``_check_fields``.
+  """
 
   name: ClassVar[str] = ""
   length_dependent: ClassVar[bool] = False
   # Defaults used when the scaling is built from flat fields (command line).
   field_defaults: ClassVar[Dict[str, Any]] = {}
+
+  def __post_init__(self):
+    """Checks the shared fields (``_POSITIVE_FLOAT_FIELDS``, ...), then ``_check_fields``."""
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if value is None and field.default is None:
+        continue
+      if field.name in _POSITIVE_FLOAT_FIELDS:
+        arg_checks.check_positive_float(field.name, value)
+      elif field.name in _POSITIVE_INT_FIELDS:
+        arg_checks.check_positive_int(field.name, value)
+    self._check_fields()
+
+  def _check_fields(self) -> None:
+    """Raises ``ValueError`` for a rule of this scaling beyond the shared field checks."""
 
   def check_rotary_dim(self, dim: int) -> None:
     """Raises ``ValueError`` if this scaling cannot serve ``dim`` rotated dims.
@@ -136,6 +163,10 @@ class _ScalingBase:
     Returns:
       ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
     """
+    return self._inv_freq(base, dim, seq_len)
+
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """What :meth:`inv_freq` returns; each scaling implements it."""
     raise NotImplementedError
 
   @classmethod
@@ -166,12 +197,17 @@ class _ScalingBase:
     return cls(**values)
 
 
-def _check_factor(value: float) -> None:
-  arg_checks.check_positive_float("factor", value)
+class _NTKBase(_ScalingBase):
+  """The NTK-aware scalings (static and dynamic): they use ``d / (d - 2)``."""
 
+  def check_rotary_dim(self, dim: int) -> None:
+    """NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``).
 
-def _check_original(value: int) -> None:
-  arg_checks.check_positive_int("original_max_position", value)
+    Args:
+      dim: the rotated dimension R.
+    """
+    if dim < 4:
+      raise ValueError(f"NTK scalings need rotary_dim >= 4 (they use d / (d - 2)), got {dim}")
 
 
 @register_scaling
@@ -186,20 +222,8 @@ class LinearScaling(_ScalingBase):
   name: ClassVar[str] = "linear"
   factor: float
 
-  def __post_init__(self):
-    _check_factor(self.factor)
-
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Every default frequency divided by ``factor``.
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Every default frequency divided by ``factor``."""
     del seq_len
     inv_freq = default_inv_freq(base, dim) / np.float32(self.factor)
     return jnp.asarray(inv_freq.astype(np.float32)), 1.0
@@ -207,7 +231,7 @@ class LinearScaling(_ScalingBase):
 
 @register_scaling
 @dataclasses.dataclass(frozen=True)
-class NTKScaling(_ScalingBase):
+class NTKScaling(_NTKBase):
   """Static NTK-aware scaling: the base becomes ``base * factor ** (d / (d - 2))``.
 
   With ``d`` the rotated dimension. High frequencies are kept (extrapolated), and the lowest
@@ -220,40 +244,15 @@ class NTKScaling(_ScalingBase):
   name: ClassVar[str] = "ntk"
   factor: float
 
-  def __post_init__(self):
-    _check_factor(self.factor)
-
-  def check_rotary_dim(self, dim: int) -> None:
-    """NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``).
-
-    Args:
-      dim: the rotated dimension R.
-    """
-    _check_ntk_dim(dim)
-
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Default frequencies of the base ``base * factor ** (d / (d - 2))``.
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Default frequencies of the base ``base * factor ** (d / (d - 2))``."""
     del seq_len
     return jnp.asarray(default_inv_freq(base * self.factor ** (dim / (dim - 2)), dim)), 1.0
 
 
-def _check_ntk_dim(dim: int) -> None:
-  if dim < 4:
-    raise ValueError(f"NTK scalings need rotary_dim >= 4 (they use d / (d - 2)), got {dim}")
-
-
 @register_scaling
 @dataclasses.dataclass(frozen=True)
-class DynamicNTKScaling(_ScalingBase):
+class DynamicNTKScaling(_NTKBase):
   """Dynamic NTK: NTK-aware base chosen from the current length (HF ``rope_type="dynamic"``).
 
   For ``seq_len <= original_max_position`` the frequencies equal the unscaled ones; beyond,
@@ -269,29 +268,8 @@ class DynamicNTKScaling(_ScalingBase):
   factor: float
   original_max_position: int
 
-  def __post_init__(self):
-    _check_factor(self.factor)
-    _check_original(self.original_max_position)
-
-  def check_rotary_dim(self, dim: int) -> None:
-    """Dynamic NTK needs ``dim >= 4`` (it uses ``d / (d - 2)``).
-
-    Args:
-      dim: the rotated dimension R.
-    """
-    _check_ntk_dim(dim)
-
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """The NTK base for ``max(seq_len, original)`` (traced lengths in float32).
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """The NTK base for ``max(seq_len, original)`` (traced lengths in float32)."""
     original = self.original_max_position
     if is_concrete(seq_len):
       length = original if seq_len is None else max(int(seq_len), original)
@@ -334,33 +312,19 @@ class YaRNScaling(_ScalingBase):
   truncate: bool = True
   attention_factor: Optional[float] = None
 
-  def __post_init__(self):
-    _check_factor(self.factor)
-    _check_original(self.original_max_position)
-    arg_checks.check_positive_float("beta_fast", self.beta_fast)
-    arg_checks.check_positive_float("beta_slow", self.beta_slow)
+  def _check_fields(self) -> None:
+    """``beta_fast > beta_slow``; ``mscale`` / ``mscale_all_dim`` non-negative or ``None``."""
     if self.beta_fast <= self.beta_slow:
       raise ValueError(
           f"beta_fast must be greater than beta_slow, got beta_fast={self.beta_fast}, "
           f"beta_slow={self.beta_slow}")
-    if self.attention_factor is not None:
-      arg_checks.check_positive_float("attention_factor", self.attention_factor)
     for name in ("mscale", "mscale_all_dim"):
       value = getattr(self, name)
       if value is not None and (not math.isfinite(float(value)) or float(value) < 0):
         raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
 
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Interpolated / extrapolated blend along the correction ramp, and the attention factor.
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Interpolated / extrapolated blend along the correction ramp, and the attention factor."""
     del seq_len
     pos_freqs = np.float32(base) ** exponents(dim)
     inv_freq_extrapolation = np.float32(1.0) / pos_freqs
@@ -395,27 +359,15 @@ class Llama3Scaling(_ScalingBase):
   high_freq_factor: float
   original_max_position: int
 
-  def __post_init__(self):
-    _check_factor(self.factor)
-    _check_original(self.original_max_position)
-    arg_checks.check_positive_float("low_freq_factor", self.low_freq_factor)
-    arg_checks.check_positive_float("high_freq_factor", self.high_freq_factor)
+  def _check_fields(self) -> None:
+    """``high_freq_factor > low_freq_factor``."""
     if self.high_freq_factor <= self.low_freq_factor:
       raise ValueError(
           "high_freq_factor must be greater than low_freq_factor, got "
           f"high_freq_factor={self.high_freq_factor}, low_freq_factor={self.low_freq_factor}")
 
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Low band divided by ``factor``, high band kept, the medium band smoothly blended.
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Low band divided by ``factor``, high band kept, the medium band smoothly blended."""
     del seq_len
     inv_freq = default_inv_freq(base, dim)
     factor = np.float32(self.factor)
@@ -459,7 +411,8 @@ class LongRoPEScaling(_ScalingBase):
   factor: Optional[float] = None
   attention_factor: Optional[float] = None
 
-  def __post_init__(self):
+  def _check_fields(self) -> None:
+    """Both factor lists non-empty, positive, finite and of one length (stored as tuples)."""
     for name in ("short_factor", "long_factor"):
       value = getattr(self, name)
       if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not len(value):
@@ -472,11 +425,6 @@ class LongRoPEScaling(_ScalingBase):
       raise ValueError(
           "short_factor and long_factor must have the same length, got "
           f"{len(self.short_factor)} and {len(self.long_factor)}")
-    _check_original(self.original_max_position)
-    if self.factor is not None:
-      _check_factor(self.factor)
-    if self.attention_factor is not None:
-      arg_checks.check_positive_float("attention_factor", self.attention_factor)
 
   def check_rotary_dim(self, dim: int) -> None:
     """The factor lists must have ``dim // 2`` entries.
@@ -489,17 +437,8 @@ class LongRoPEScaling(_ScalingBase):
           f"LongRoPE short_factor/long_factor must have rotary_dim // 2 = {dim // 2} entries, "
           f"got {len(self.short_factor)}")
 
-  def inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
-    """Short factors up to the original length, long ones beyond (traced: ``jnp.where``).
-
-    Args:
-      base: RoPE base theta.
-      dim: the rotated dimension R.
-      seq_len: current length (``max(position) + 1``), ``None``, or a traced int32 scalar.
-
-    Returns:
-      ``(inv_freq, attention_factor)``: float32 ``[R // 2]`` and a Python float.
-    """
+  def _inv_freq(self, base: float, dim: int, seq_len: SeqLen) -> Tuple[Array, float]:
+    """Short factors up to the original length, long ones beyond (traced: ``jnp.where``)."""
     powers = np.float32(base) ** exponents(dim)
     short = np.float32(1.0) / (np.asarray(self.short_factor, np.float32) * powers)
     long = np.float32(1.0) / (np.asarray(self.long_factor, np.float32) * powers)

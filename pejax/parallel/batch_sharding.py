@@ -12,7 +12,7 @@ number of processes and any mesh: a run on a pod sees exactly the batches of a o
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import jax
 import numpy as np
@@ -73,26 +73,21 @@ def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules=LOGICAL_AXIS_RULES) 
   Raises:
     ValueError: if ``data * fsdp`` does not divide ``B``.
   """
-  out = {}
-  for key, value in batch.items():
-    if not hasattr(value, "shape") or np.ndim(value) == 0:
-      out[key] = value
-      continue
-    value = np.asarray(value)
-    sharding = batch_sharding(mesh, value.ndim, rules)
+
+  def to_global(key: str, value: np.ndarray, sharding: NamedSharding) -> jax.Array:
     replicas = int(np.prod([mesh.shape[a] for a in _as_tuple(sharding.spec[0])]))
     if key == "positions" and value.shape[0] == 1 and replicas > 1:
       # Positions shared by every row ([1, L], pejax.train.model_inputs): replicated.
-      out[key] = jax.make_array_from_process_local_data(
+      return jax.make_array_from_process_local_data(
           NamedSharding(mesh, PartitionSpec()), value, value.shape)
-      continue
     if value.shape[0] % replicas:
       raise ValueError(
           f"batch[{key!r}] has {value.shape[0]} rows, not divisible by the {replicas} data shards "
           f"of mesh {dict(mesh.shape)}")
     local = value[process_rows(sharding, value.shape)]
-    out[key] = jax.make_array_from_process_local_data(sharding, local, value.shape)
-  return out
+    return jax.make_array_from_process_local_data(sharding, local, value.shape)
+
+  return _map_arrays(batch, mesh, rules, to_global)
 
 
 def shard_process_rows(local_batch: Mapping[str, Any], mesh: Mesh, *, global_rows: int,
@@ -112,20 +107,30 @@ def shard_process_rows(local_batch: Mapping[str, Any], mesh: Mesh, *, global_row
   Raises:
     ValueError: if an entry does not have the number of rows this process holds.
   """
-  out = {}
-  for key, value in local_batch.items():
-    if not hasattr(value, "shape") or np.ndim(value) == 0:
-      out[key] = value
-      continue
-    value = np.asarray(value)
-    sharding = batch_sharding(mesh, value.ndim, rules)
+
+  def to_global(key: str, value: np.ndarray, sharding: NamedSharding) -> jax.Array:
     global_shape = (global_rows,) + value.shape[1:]
     rows = process_rows(sharding, global_shape)
     if value.shape[0] != rows.stop - rows.start:
       raise ValueError(
           f"batch[{key!r}] has {value.shape[0]} rows but this process holds rows "
           f"[{rows.start}, {rows.stop}) of the global batch of {global_rows}")
-    out[key] = jax.make_array_from_process_local_data(sharding, value, global_shape)
+    return jax.make_array_from_process_local_data(sharding, value, global_shape)
+
+  return _map_arrays(local_batch, mesh, rules, to_global)
+
+
+def _map_arrays(batch: Mapping[str, Any], mesh: Mesh, rules,
+                to_global: Callable[[str, np.ndarray, NamedSharding], jax.Array]
+                ) -> dict[str, Any]:
+  """``to_global(key, host array, its batch sharding)`` of each array entry; others pass through."""
+  out = {}
+  for key, value in batch.items():
+    if not hasattr(value, "shape") or np.ndim(value) == 0:
+      out[key] = value
+    else:
+      value = np.asarray(value)
+      out[key] = to_global(key, value, batch_sharding(mesh, value.ndim, rules))
   return out
 
 
