@@ -48,6 +48,25 @@ def check_positive_float(name: str, value: Any) -> float:
   return as_float
 
 
+def check_base(name: str, value: Any) -> float:
+  """A wavelength base (RoPE, sinusoids): a finite float greater than 1.
+
+  Args:
+    name: the argument's name, for the message.
+    value: the value received.
+
+  Returns:
+    ``value`` as a float.
+
+  Raises:
+    ValueError: naming ``name`` and the value if it is not a finite number > 1.
+  """
+  value = check_positive_float(name, value)
+  if value <= 1.0:
+    raise ValueError(f"{name} must be greater than 1, got {value}")
+  return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
   """Returns ``value`` if it is one of ``choices``, else raises ``ValueError`` listing them."""
   if value not in choices:

@@ -140,16 +140,8 @@ def kerple_log_tile(params, q_pos, k_pos) -> jnp.ndarray:
 
 
 def kerple_power_tile(params, q_pos, k_pos) -> jnp.ndarray:
-  """KERPLE's power kernel ``-r1 |q - k|^r2`` on one tile of one head (0 on the diagonal).
-
-  Args:
-    params: ``(r1, r2)`` float32 scalars.
-    q_pos: float32 ``[bq, 1]`` query positions.
-    k_pos: float32 ``[1, bk]`` key positions.
-
-  Returns:
-    float32 ``[bq, bk]``.
-  """
+  """KERPLE's power kernel ``-r1 |q - k|^r2`` on one tile (0 on the diagonal); arguments and
+  result as :func:`kerple_log_tile`'s."""
   distance = jnp.abs(q_pos - k_pos)
   positive = distance > 0
   safe_log = jnp.log(jnp.where(positive, distance, 1.0))

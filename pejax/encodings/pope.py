@@ -54,9 +54,7 @@ def pope_inv_freq(head_dim: int, *, base: float = 10000.0) -> Array:
     Gopalakrishnan et al. 2025, arXiv 2509.10534.
   """
   head_dim = arg_checks.check_positive_int("head_dim", head_dim)
-  base = arg_checks.check_positive_float("base", base)
-  if base <= 1.0:
-    raise ValueError(f"base must be greater than 1, got {base}")
+  base = arg_checks.check_base("base", base)
   # 1 / base ** (c / D) in float32, the op order of x-transformers' PolarEmbedding.
   exponents = np.arange(head_dim, dtype=np.float32) / np.float32(head_dim)
   return jnp.asarray((np.float32(1.0) / (np.float32(base) ** exponents)).astype(np.float32))

@@ -61,9 +61,7 @@ class RopeConfig:
 
   def __post_init__(self):
     arg_checks.check_even("head_dim", self.head_dim)
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     if self.rotary_dim is not None:
       arg_checks.check_even("rotary_dim", self.rotary_dim)
       if self.rotary_dim > self.head_dim:

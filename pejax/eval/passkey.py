@@ -18,6 +18,7 @@ import numpy as np
 from pejax import data as data_lib
 from pejax.encodings import arg_checks
 from pejax.eval import exact_match
+from pejax.eval.json_fields import json_fields
 from pejax.nn.attention import choose_implementation
 
 
@@ -46,10 +47,7 @@ class PasskeyResult:
       ``{"length", "depth", "accuracy", "examples", "status"}``; a NaN accuracy becomes None
       (JSON has no NaN).
     """
-    out = dataclasses.asdict(self)
-    if out["accuracy"] != out["accuracy"]:
-      out["accuracy"] = None
-    return out
+    return json_fields(self)
 
 
 def passkey_accuracy(model: nnx.Module, *, lengths: Sequence[int], depths: Sequence[float],

@@ -26,6 +26,7 @@ import numpy as np
 
 from pejax import data as data_lib
 from pejax.encodings import arg_checks
+from pejax.eval.json_fields import json_fields
 from pejax.nn.attention import choose_implementation
 
 MODES = ("nonoverlap", "sliding")
@@ -63,11 +64,7 @@ class LengthResult:
       One key per field; a non-finite ``nll``, ``perplexity`` or ``bits_per_byte`` becomes None
       (JSON has no NaN or infinity).
     """
-    out = dataclasses.asdict(self)
-    for key in ("nll", "perplexity", "bits_per_byte"):
-      if not math.isfinite(out[key]):
-        out[key] = None
-    return out
+    return json_fields(self)
 
 
 @nnx.jit(static_argnames=("attention",))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import pathlib
 import time
 from typing import Any, Callable, Dict, Optional, Sequence

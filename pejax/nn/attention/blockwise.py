@@ -95,21 +95,12 @@ def blockwise_attention(
   """Exact softmax attention computed tile by tile.
 
   Args:
-    q: ``[B, Lq, H, D]`` queries (already rotated, if the PE rotates).
-    k: ``[B, Lk, K, D]`` keys.
-    v: ``[B, Lk, K, Dv]`` values (``Dv`` may differ from ``D``).
-    q_positions: int ``[B | 1, Lq]`` positions of the queries (passed to ``bias_fn``).
-    k_positions: int ``[B | 1, Lk]`` positions of the keys.
+    q, k, v, q_positions, k_positions, causal, q_offset, kv_length, q_segment_ids,
+      k_segment_ids, window: as :func:`pejax.nn.attention.attention` (key tiles entirely outside
+      every query's window are skipped like tiles in the future).
     bias_fn: optional ``(q_positions [B|1, bq], k_positions [B|1, bk]) -> [B|1, H, bq, bk]``
       float bias added to the logits, evaluated per tile.
-    causal: whether query at slot ``q_offset + i`` sees only keys at slots ``<=`` it.
-    q_offset: int scalar slot of the first query (the KV-cache length before these queries).
-    kv_length: optional int scalar; keys at slots ``>= kv_length`` are ignored.
-    q_segment_ids: optional int ``[B, Lq]`` (packed sequences; with ``k_segment_ids``).
-    k_segment_ids: optional int ``[B, Lk]``.
     block_size: tile size for both queries and keys (capped at the lengths).
-    window: optional sliding window W: keys at slots ``> q_slot - W`` only; key tiles entirely
-      outside every query's window are skipped like tiles in the future.
     indexed_bias: ``bias_fn`` also takes the tile's query and key row indices, int32 ``[bq]``
       and ``[bk]`` (into the ``Lq`` queries / ``Lk`` keys; padding rows index past the end), to
       gather per-token features it closes over: ``bias_fn(q_pos, k_pos, q_index, k_index)``.

@@ -53,9 +53,7 @@ class FoxConfig(PEConfig):
   def __post_init__(self):
     if not isinstance(self.use_rope, bool):
       raise ValueError(f"use_rope must be a bool, got {self.use_rope!r}")
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     try:
       finite = math.isfinite(float(self.gate_bias_init))
     except (TypeError, ValueError):

@@ -38,9 +38,7 @@ class PRopeConfig(PEConfig):
 
   def __post_init__(self):
     p_rope_num_kept(1, p=self.p)  # Names p.
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
 
   def check_model(self, model: ModelDims) -> None:

@@ -52,9 +52,7 @@ class PopeConfig(PEConfig):
   phase_bias_init: str = "zero"
 
   def __post_init__(self):
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     arg_checks.check_choice("phase_bias_init", self.phase_bias_init, PHASE_BIAS_INITS)
 
 

@@ -50,9 +50,7 @@ class RotaryConfig(PEConfig):
   scaling: Optional[scalings.Scaling] = None
 
   def __post_init__(self):
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
     arg_checks.check_positive_float("fraction", self.fraction)
     if self.fraction > 1.0:

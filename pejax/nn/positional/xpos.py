@@ -52,9 +52,7 @@ class XposConfig(PEConfig):
   bidirectional: bool = False
 
   def __post_init__(self):
-    arg_checks.check_positive_float("base", self.base)
-    if self.base <= 1.0:
-      raise ValueError(f"base must be greater than 1, got {self.base}")
+    arg_checks.check_base("base", self.base)
     arg_checks.check_choice("layout", self.layout, LAYOUTS)
     arg_checks.check_positive_float("scale_base", self.scale_base)
     xpos_lib.check_gamma(self.gamma)  # Plain Python: no XLA backend at config time.

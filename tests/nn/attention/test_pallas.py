@@ -302,7 +302,7 @@ def test_decoder_routed_to_the_kernel_matches_dense_loss_and_gradients(name, mon
       model = Decoder(dataclasses.replace(config, attention=implementation), rngs=nnx.Rngs(0))
       results.append(nnx.jit(nnx.value_and_grad(loss))(model))
   (ref_loss, ref_grads), (got_loss, got_grads) = results
-  assert len(calls) == 2 and all(bias.tile.kind.startswith(name) for bias in calls)  # 2 layers
+  assert len(calls) == 2 and all(bias.tile.name.startswith(name) for bias in calls)  # 2 layers
   np.testing.assert_allclose(got_loss, ref_loss, rtol=1e-5)
   for (path, want), got in zip(jax.tree.leaves_with_path(ref_grads), jax.tree.leaves(got_grads)):
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
