@@ -1,7 +1,7 @@
 """Test-suite setup shared by every test module.
 
 Speed: a suite of tiny models spends most of its time compiling, not running. Two settings
-below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
+below cut that (``python -m pytest`` on 2 cores, see docs/tests.md):
 
 * XLA's optimization passes are skipped (``jax_disable_most_optimizations``): they cost more
   than they save on programs that run for microseconds. Numbers stay within every test's
@@ -15,7 +15,7 @@ below cut that (``python -m pytest`` on 2 cores, see README "Tests"):
   if set; about 35 MB for one version of the code, 46 MB after a day of changes here; no size
   cap, since JAX's evicting cache takes a file lock on every read and write and made a cold run
   2.7x slower). ``PEJAX_TEST_JAX_CACHE=DIR`` moves the root, ``PEJAX_TEST_JAX_CACHE=`` turns it
-  off (the cold-cache timing of the README).
+  off (the cold-cache timings of experiments/results/HISTORY.md).
 
   ``<host>`` is a hash of the CPU (vendor, model, instruction-set flags) and of the Python, jax
   and jaxlib versions. JAX's cache key names neither the host CPU nor, reliably, its features: an

@@ -1,4 +1,5 @@
-"""Every command line printed in README.md and in the docstrings of launch.py and the studies runs.
+"""Every command line printed in the documentation runs: README.md, docs/*.md, CONTRIBUTING.md and
+the docstrings of launch.py and the studies.
 
 The commands are extracted from the text (so the documentation cannot drift from the code) and
 executed in-process through ``launch.run`` / ``pejax.compare.main``, the functions the command
@@ -16,10 +17,20 @@ What "runs" means per kind of command:
   * ``python -m pejax.parallel.local_cluster ... -- python launch.py ...`` (several processes on
     this machine, with their own fake devices): run to the end, the tiny model appended to the
     launch.py part.
-  * ``python -m pejax.hf.kv_cache_memory_table``: run; README.md holds what it prints.
+  * ``python -m pejax.hf.kv_cache_memory_table``: run; the documentation holds what it prints.
 Usage synopses (text with ``<placeholder>``, ``[optional]`` or ``...`` parts) and non-pejax commands
 (pip, pytest, tensorboard, srun/gcloud wrappers are unwrapped to their launch.py part) are not
-commands to run.
+commands to run, nor is text inside a ```` ```python ```` block of a markdown file (Python code,
+not a shell). The relative links of the documentation must name files that exist.
+
+The ```` ```python ```` blocks of the markdown files run too (``test_python_examples_run``): one
+Python process per file runs that file's blocks in order (a later block uses the names of earlier
+ones), with 8 fake CPU devices (the mesh example of docs/scaling_out.md needs them; every other
+example runs on device 0), in a scratch directory that links to each entry of the repository
+root, so that the examples read ``tests/hf/fixtures/...`` as a user of a checkout would and what
+they write (``out/...``) lands in the scratch directory. A block that cannot run on a test
+machine is preceded by a line ``<!-- not run: <reason> -->``; the test prints these reasons and
+``test_python_blocks_run_or_say_why_not`` requires one, non-empty, for every block it skips.
 """
 
 import contextlib
@@ -30,20 +41,21 @@ import os
 import pathlib
 import re
 import shlex
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import pytest
 
+from experiments import studies
 import launch
 from pejax import compare
 from pejax.parallel import local_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-STUDIES = ("extrapolation", "context_extension", "length_generalization", "passkey_scaling",
-           "training_curves", "gallery", "ruoss_suite", "kazemnejad_suite", "content_tasks",
-           "streaming_llm", "kv_quantization")
+STUDIES = studies.STUDIES
 TINY = ["--config.model.num_layers=1", "--config.model.d_model=32", "--config.model.num_heads=2",
         "--config.data.batch_size=4", "--train_len=32", "--steps=2",
         "--config.optim.warmup_steps=1", "--config.train.log_every=1",
@@ -53,6 +65,7 @@ TINY_EVAL = ["--config.eval.num_tokens=64", "--eval_lens=64"]
 
 def _command_lines(text: str) -> list[str]:
   """``python launch.py ...`` / ``python -m ...`` commands in code blocks and inline code."""
+  text = re.sub(r"```python\n.*?```", "", text, flags=re.S)  # Python code, not shell commands.
   text = text.replace("\\\n", " ")  # Continued lines.
   commands = []
   for chunk in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S) + re.findall(
@@ -76,10 +89,16 @@ def _command_lines(text: str) -> list[str]:
   return found
 
 
+def markdown_sources() -> list[str]:
+  """The documentation whose commands run: README.md, the guides in docs/, CONTRIBUTING.md."""
+  guides = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+  return ["README.md", *guides, "CONTRIBUTING.md"]
+
+
 def documented_commands() -> list[tuple[str, str]]:
-  """``(source, command)`` for every command in README.md and the docstrings, in order."""
-  sources = [("README.md", (ROOT / "README.md").read_text()),
-             ("launch.py", launch.__doc__)]
+  """``(source, command)`` for every command in the markdown sources and the docstrings, in order."""
+  sources = [(name, (ROOT / name).read_text()) for name in markdown_sources()]
+  sources.append(("launch.py", launch.__doc__))
   for name in STUDIES:
     sources.append((f"experiments/{name}.py", (ROOT / "experiments" / f"{name}.py").read_text()
                     .split('"""')[1]))
@@ -89,6 +108,39 @@ def documented_commands() -> list[tuple[str, str]]:
       if command not in [c for _, c in out]:
         out.append((source, command))
   return out
+
+
+# A ```python block, with the `<!-- not run: reason -->` line directly before its fence if any.
+_PYTHON_BLOCK = re.compile(
+    r"(?:^<!--\s*not run:(?P<reason>[^\n]*?)-->\n)?^```python\n(?P<code>.*?)^```",
+    flags=re.S | re.M)
+PYTHON_EXAMPLE_DEVICES = 8  # Fake CPU devices of the process that runs a file's examples.
+
+
+def python_blocks(text: str) -> list[tuple[int, str | None, str]]:
+  """``(line, reason, code)`` of each ```python block of a markdown text, in order.
+
+  ``line`` is the line number of the opening fence; ``reason`` is the text of a
+  ``<!-- not run: reason -->`` line directly before the fence (stripped; None without one).
+  """
+  out = []
+  for match in _PYTHON_BLOCK.finditer(text):
+    reason = match.group("reason")
+    line = text.count("\n", 0, match.start("code"))  # The fence's line, counted from 1.
+    out.append((line, None if reason is None else reason.strip(), match.group("code")))
+  return out
+
+
+def python_example_code(name: str) -> str:
+  """The runnable ```python blocks of ``name`` (a markdown source), in order, as one program."""
+  return "".join(f"# --- {name}, the block at line {line}\n{code}"
+                 for line, reason, code in python_blocks((ROOT / name).read_text())
+                 if reason is None)
+
+
+PYTHON_CASES = tuple(
+    (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_"), name) for name in markdown_sources()
+    if any(reason is None for _, reason, _ in python_blocks((ROOT / name).read_text())))
 
 
 def _needs_absent_devices(args: list[str]) -> bool:
@@ -137,6 +189,26 @@ class DocExamplesTest(parameterized.TestCase):
     self.assertTrue(any("--config=experiments/configs/" in c for c in commands))
     self.assertTrue(any("experiments.extrapolation" in c for c in commands))
 
+  def test_quickstart_commands_are_the_ones_ci_runs(self):
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    self.assertIn("pip install -e . && python launch.py\n", blocks)
+    test_command = 'pip install -e ".[test]" && python -m pytest -n 2'
+    self.assertIn(test_command + "\n", blocks)
+    self.assertIn(test_command + "\n", (ROOT / ".ci" / "run").read_text())
+
+  def test_relative_links_name_existing_files(self):
+    documents = [*markdown_sources(), "experiments/results/README.md",
+                 "experiments/results/PROGRESS.md", "experiments/results/HISTORY.md"]
+    for name in documents:
+      path = ROOT / name
+      text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+      for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+          continue  # A web address or an anchor of the same page.
+        with self.subTest(document=name, link=target):
+          self.assertTrue((path.parent / target.split("#")[0]).exists())
+
   @parameterized.named_parameters(*COMMAND_CASES)
   @pytest.mark.slow
   def test_documented_command_runs(self, index):
@@ -162,6 +234,45 @@ class DocExamplesTest(parameterized.TestCase):
           or "pejax.compare" in command):
         with self.subTest(command=command):
           self.assertNotEmpty(_prerequisites(commands, index))
+
+  def test_python_blocks_run_or_say_why_not(self):
+    files_with_blocks = []
+    for name in markdown_sources():
+      text = (ROOT / name).read_text()
+      blocks = python_blocks(text)
+      with self.subTest(document=name):
+        self.assertLen(blocks, text.count("```python\n"))  # Every fence opens a block.
+        # A marker counts only directly before a fence.
+        self.assertLen([b for b in blocks if b[1] is not None], text.count("<!-- not run"))
+      for line, reason, code in blocks:
+        with self.subTest(document=name, line=line):
+          if reason is None:
+            compile(code, f"{name}:{line}", "exec")  # Runs in test_python_examples_run.
+          else:
+            self.assertNotEmpty(reason, "a <!-- not run: ... --> marker must say why")
+      if blocks:
+        files_with_blocks.append(name)
+    self.assertIn("CONTRIBUTING.md", files_with_blocks)
+    self.assertIn("docs/decoder_and_pes.md", [name for _, name in PYTHON_CASES])
+
+  @parameterized.named_parameters(*PYTHON_CASES)
+  @pytest.mark.slow
+  def test_python_examples_run(self, name):
+    for line, reason, _ in python_blocks((ROOT / name).read_text()):
+      if reason is not None:
+        print(f"{name}, the block at line {line}: not run: {reason}")
+    scratch = pathlib.Path(self.create_tempdir().full_path)
+    for entry in ROOT.iterdir():  # The repository's files, read where a checkout has them.
+      if not entry.name.startswith("."):
+        (scratch / entry.name).symlink_to(entry)
+    # The compilation cache of the suite comes through os.environ (tests/conftest.py sets it).
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS=(
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={PYTHON_EXAMPLE_DEVICES}").strip())
+    proc = subprocess.run([sys.executable, "-c", python_example_code(name)], cwd=scratch,
+                          env=env, capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 0, f"the python examples of {name} failed:\n"
+                     f"{proc.stderr[-6000:]}")
 
   def _run(self, command: str, recorded: list) -> None:
     words = shlex.split(command)
@@ -189,11 +300,13 @@ class DocExamplesTest(parameterized.TestCase):
       self.assertEqual(code, 0, command)
       return
     if words[1] == "-m" and words[2] == "pejax.hf.kv_cache_memory_table":
-      # Prints the README's memory table; tests/hf/test_kv_cache_memory.py checks the copy.
+      # Prints the memory table of docs/long_context.md; tests/hf/test_kv_cache_memory.py checks
+      # the copy.
       from pejax.hf import kv_cache_memory_table  # pylint: disable=import-outside-toplevel
       with contextlib.redirect_stdout(io.StringIO()) as out:
         self.assertEqual(kv_cache_memory_table.main(args[1:]), 0, command)
-      self.assertIn(out.getvalue(), (ROOT / "README.md").read_text())
+      self.assertTrue(any(out.getvalue() in (ROOT / name).read_text()
+                          for name in markdown_sources()), command)
       return
     if words[1] == "-m" and words[2] == "experiments.image_grid":
       # Its own package and flags (no training config); tests/experiments/test_image_grid.py
@@ -202,7 +315,7 @@ class DocExamplesTest(parameterized.TestCase):
                                           fromlist=["main"]).main))
       return
     if words[1] == "-m" and words[2] == "experiments.algorithmic.leaderboard":
-      # Rewrites README.md from committed results (tests/experiments/test_leaderboard.py).
+      # Rewrites the leaderboard from committed results (tests/experiments/test_leaderboard.py).
       self.assertTrue(callable(__import__(words[2], fromlist=["main"]).main))
       return
     if words[1] == "-m":  # python -m experiments.<name> ... == launch.py --study=<name> ...

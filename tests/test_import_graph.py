@@ -1,4 +1,4 @@
-"""The import graph of pejax is a DAG whose edges only run down the floors of DESIGN.md.
+"""The import graph of pejax is a DAG whose edges only run down the floors of CONTRIBUTING.md.
 
 Every module under ``pejax/``, plus the upper floors ``experiments/**``, ``benchmarks/*.py`` and
 ``launch.py``, is parsed with ``ast`` (nothing is imported). Every import counts: module-level,
@@ -43,7 +43,7 @@ MAX_LINES = 600
 # The census lists modules over this many lines as the next candidates for a split.
 WATCH_LINES = 400
 
-# The floors, lowest first (DESIGN.md "Layers": data flows down, never back up). A module sits
+# The floors, lowest first (CONTRIBUTING.md "Layers": data flows down, never back up). A module sits
 # on the floor of the longest prefix below that names it; modules on one floor may import each
 # other (the acyclicity check keeps them honest). An import from a lower floor to a higher one
 # fails.

@@ -1,6 +1,6 @@
-"""The import surface DESIGN.md promises exists and is documented.
+"""The public API the project's design promises (docs/public_api.md) exists and is documented.
 
-Besides the names DESIGN.md lists, every public function and class of the subpackages'
+Besides the names docs/public_api.md lists, every public function and class of the subpackages'
 ``__all__`` carries its own Google-style docstring: ``Args:`` when it takes parameters,
 ``Returns:`` (or ``Yields:``) when it returns something, and a bracketed shape such as
 ``[B, L, H, D]`` when its signature mentions arrays. A module docstring does not count.
@@ -159,7 +159,7 @@ def public_doc_problems() -> list[str]:
   return problems
 
 
-# The public API list of ../shared/DESIGN.md.
+# The transforms of docs/public_api.md (the decoder and hf names are checked below).
 DESIGN_NAMES = (
     "sinusoidal_table", "sinusoidal_embedding", "RopeConfig", "LinearScaling", "NTKScaling",
     "DynamicNTKScaling", "YaRNScaling", "Llama3Scaling", "LongRoPEScaling", "rope_inv_freq",

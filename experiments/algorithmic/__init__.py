@@ -13,7 +13,8 @@ training and test sizes, PE variants, seeds, a convergence recipe) plus its publ
 * ``sweep_progress``: how far a long run is (``--progress``), from the records.
 * ``report_sections``: the report sections every algorithmic study shares.
 * ``suite_study``: one study run (every model, a shard, or its progress), then its report.
-* ``leaderboard``: the README's PE x task-family table from the committed results.
+* ``leaderboard``: the PE x task-family table of experiments/results/README.md, from the
+  committed results.
 
 References:
   Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",

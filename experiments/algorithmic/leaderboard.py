@@ -1,12 +1,12 @@
-"""``python -m experiments.algorithmic.leaderboard``: the README's PE x task-family table.
+"""``python -m experiments.algorithmic.leaderboard``: the PE x task-family table of the results.
 
 Reads the committed ``results.json`` of the algorithmic studies (``experiments/results/<study>/``)
-and writes, between the README markers ``<!-- leaderboard:start -->`` and
-``<!-- leaderboard:end -->``, one row per PE variant and one column per task family: the mean
-out-of-distribution exact match over the family's tasks (or the metric a column names: the Ruoss
-tasks are scored per token, as in the paper), median [min-max] over seeds (a task a
-seed did not fit counts 0). Each column names the run it comes from (mode, seeds, step cap), so
-quick-mode numbers are never mistaken for full runs.
+and writes, between the markers ``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->``
+of ``experiments/results/README.md`` (its report links are relative to that directory), one row
+per PE variant and one column per task family: the mean out-of-distribution exact match over the
+family's tasks (or the metric a column names: the Ruoss tasks are scored per token, as in the
+paper), median [min-max] over seeds (a task a seed did not fit counts 0). Each column names the
+run it comes from (mode, seeds, step cap), so quick-mode numbers are never mistaken for full runs.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def table(payloads: Sequence[Mapping[str, Any]]) -> str:
                    + seed_comparison.cap_text(recipe["max_steps"], settings.get("rescue_steps", 0))
                    + ", "
                    f"{p['date']} "
-                   f"([report](experiments/results/{p['study']}/report.md))")
+                   f"([report]({p['study']}/report.md))")  # Relative to experiments/results/.
   variants: List[str] = []
   for _, board in columns:
     variants += [v for v in board if v not in variants]
@@ -66,7 +66,7 @@ def table(payloads: Sequence[Mapping[str, Any]]) -> str:
 
 
 def update_readme(readme: pathlib.Path, text: str) -> bool:
-  """Replaces the text between the markers; ``False`` when the README has no markers."""
+  """Replaces the text between the markers; ``False`` when the file has no markers."""
   content = readme.read_text()
   if START not in content or END not in content:
     return False
@@ -77,12 +77,13 @@ def update_readme(readme: pathlib.Path, text: str) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Regenerates the README table from ``experiments/results``; prints it."""
+  """Regenerates the table of ``experiments/results/README.md`` from the results; prints it."""
   del argv
-  text = table(load(ROOT / "experiments" / "results"))
+  results = ROOT / "experiments" / "results"
+  text = table(load(results))
   print(text)
-  if not update_readme(ROOT / "README.md", text):
-    print(f"README.md has no {START} ... {END} markers", file=sys.stderr)
+  if not update_readme(results / "README.md", text):
+    print(f"experiments/results/README.md has no {START} ... {END} markers", file=sys.stderr)
     return 1
   return 0
 

@@ -4,8 +4,8 @@ The model is first built abstractly (``nnx.eval_shape``: shapes only, no memory)
 parameter is read from the safetensors files one tensor at a time (plain reads, no memory map),
 converted to the target dtype (and transposed) in row blocks into 64-byte-aligned buffers that
 JAX on CPU adopts without a copy; the peak memory of a load is the model plus a 16 MB block
-(measured by ``benchmarks/hf_load_memory.py``: 1.05x the file, see the README, "Pretrained
-models"). ``dtype=jnp.bfloat16`` stores the parameters and computes in bfloat16 (half the
+(measured by ``benchmarks/hf_load_memory.py``: 1.05x the file, see docs/pretrained.md,
+"Memory"). ``dtype=jnp.bfloat16`` stores the parameters and computes in bfloat16 (half the
 memory of float32); RoPE angles and the softmax stay float32 whatever the dtype.
 
 No network: ``path`` is a directory on disk (``huggingface-cli download`` puts one in the HF

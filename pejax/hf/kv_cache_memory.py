@@ -10,8 +10,8 @@ Jiang et al. 2023, arXiv 2310.06825). Grouped-query attention divides the cache 
 per element (int8, float8_e4m3fn) or half a byte (int4) plus one float32 scale per token and
 key/value head for the keys and one for the values, ``[B, T, K]`` each.
 
-``python -m pejax.hf.kv_cache_memory_table`` prints the README table of four open 7-8B models
-(:mod:`pejax.hf.kv_cache_memory_table`).
+``python -m pejax.hf.kv_cache_memory_table`` prints the table of four open 7-8B models in
+docs/long_context.md (:mod:`pejax.hf.kv_cache_memory_table`).
 """
 
 from __future__ import annotations

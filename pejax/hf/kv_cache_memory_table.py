@@ -1,9 +1,10 @@
-"""The README's long-context memory table: KV-cache GiB of four open 7-8B models.
+"""The memory table of docs/long_context.md: KV-cache GiB of four open 7-8B models.
 
 ``python -m pejax.hf.kv_cache_memory_table`` prints it; ``tests/hf/test_kv_cache_memory.py``
-checks that README.md holds the printed text between its ``kv_cache_memory`` markers. The model
-configs are the fields of their Hugging Face ``config.json`` files (values as published on the
-Hub), read by :func:`pejax.hf.decoder_config_from_hf` as the files themselves would be.
+checks that docs/long_context.md holds the printed text between its ``kv_cache_memory``
+markers. The model configs are the fields of their Hugging Face ``config.json`` files (values
+as published on the Hub), read by :func:`pejax.hf.decoder_config_from_hf` as the files
+themselves would be.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _window_text(decoder: DecoderConfig) -> str:
 
 def markdown_table(configs: Optional[Mapping[str, Mapping[str, Any]]] = None, *,
                    lengths: Sequence[int] = TABLE_LENGTHS) -> str:
-  """The README table: KV-cache GiB per model and length, batch 1, bfloat16 and int8.
+  """The docs/long_context.md table: KV-cache GiB per model and length, batch 1, bfloat16 and int8.
 
   Args:
     configs: model name -> ``config.json`` dict; default :data:`KNOWN_CONFIGS`.

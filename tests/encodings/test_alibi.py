@@ -14,7 +14,7 @@ import numpy as np
 from pejax.encodings.alibi import alibi_bias
 from pejax.encodings.alibi import alibi_slopes
 
-# Press et al. `get_slopes` (float64), from /work/shared/REFERENCE_VALUES.md.
+# Press et al.'s `get_slopes` (the ALiBi paper's reference code), float64, per head count.
 _SLOPES_8 = [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
 _GOLDEN_SLOPES = {
     8: _SLOPES_8,

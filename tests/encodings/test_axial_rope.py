@@ -13,7 +13,8 @@ from pejax.encodings import axial_rope as ar
 from pejax.encodings import position_grids as pg
 from pejax.encodings import rope
 
-# REFERENCE_VALUES.md: x = [1..8], position 3, head_dim 8, base 10000.
+# 1-D RoPE (Su et al. 2021, arXiv 2104.09864) of x = [1..8] at position 3, head_dim 8, base 10000:
+# "half" as Hugging Face's rotate_half, "interleaved" as the paper's (and Meta's) adjacent pairs.
 _GOLDEN = {
     "half": [-1.6955925368997815, 0.1375517100168968, 2.7886816045815874, 3.97598203487184,
              -4.8088424749423595, 6.323059348691219, 7.086836734980443, 8.011963982593555],

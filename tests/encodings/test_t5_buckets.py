@@ -13,7 +13,8 @@ import numpy as np
 
 from pejax.encodings.t5_buckets import t5_relative_position_bucket
 
-# HF T5 `_relative_position_bucket`, 32 buckets, max_distance 128 (REFERENCE_VALUES.md).
+# The output of Hugging Face T5's `_relative_position_bucket` (the reference implementation of
+# Raffel et al. 2020), 32 buckets, max_distance 128.
 _RELATIVE = [-1000, -200, -128, -127, -100, -64, -63, -33, -32, -31, -17, -16, -15, -9, -8, -7,
              -1, 0, 1, 2, 7, 8, 9, 11, 12, 15, 16, 17, 22, 23, 31, 32, 45, 46, 63, 64, 90, 91,
              127, 128, 200]

@@ -1,4 +1,4 @@
-"""The README leaderboard: built from results.json payloads, written between markers."""
+"""The leaderboard of experiments/results/README.md: built from results.json, between markers."""
 
 from __future__ import annotations
 

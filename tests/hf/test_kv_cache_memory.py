@@ -51,7 +51,7 @@ class GoldenTest(parameterized.TestCase):
     self.assertEqual(memory(table.LLAMA_2_7B, 131072, batch_size=16), TIB)
 
   def test_other_models(self):
-    # The README's example (Llama-3.1-8B, 8 KV heads) and its table.
+    # The example of docs/long_context.md (Llama-3.1-8B, 8 KV heads) and its table.
     self.assertEqual(memory(table.LLAMA_3_1_8B, 131072), 16 * GIB)
     self.assertEqual(memory(table.LLAMA_3_1_8B, 131072, dtype="int8"), 8.25 * GIB)
     self.assertEqual(memory(table.QWEN2_5_7B, 131072), 7 * GIB)  # 28 x 4 x 128, all global.
@@ -210,20 +210,20 @@ class BadInputTest(parameterized.TestCase):
       memory({**table.LLAMA_2_7B, "model_type": "gemma2"}, 8)
 
 
-class ReadmeTableTest(absltest.TestCase):
+class DocumentedTableTest(absltest.TestCase):
 
-  def test_readme_holds_the_printed_table(self):
-    readme = (ROOT / "README.md").read_text()
+  def test_long_context_guide_holds_the_printed_table(self):
+    guide = (ROOT / "docs" / "long_context.md").read_text()
     start, end = "<!-- kv_cache_memory_table:start -->\n", "<!-- kv_cache_memory_table:end -->"
-    self.assertIn(start, readme)
-    copy = readme.split(start, 1)[1].split(end, 1)[0]
+    self.assertIn(start, guide)
+    copy = guide.split(start, 1)[1].split(end, 1)[0]
     with contextlib.redirect_stdout(io.StringIO()) as out:
       self.assertEqual(table.main([]), 0)
     self.assertEqual(out.getvalue(), copy)
     self.assertEqual(copy, table.markdown_table())
     self.assertIn("| Llama-2-7B | 32 x 32 x 128 | none | 2.00 | 16.00 | 64.00 |", copy)
     self.assertIn("batch 16 at 128K tokens: 1024.00 GiB (= 1.00 TiB)", copy)
-    self.assertIn("python -m pejax.hf.kv_cache_memory_table", readme)
+    self.assertIn("python -m pejax.hf.kv_cache_memory_table", guide)
 
   def test_main_rejects_arguments(self):
     with contextlib.redirect_stderr(io.StringIO()):

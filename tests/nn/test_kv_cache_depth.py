@@ -1,4 +1,4 @@
-"""What KV-cache decoding reproduces exactly, by RoPE scaling and depth (the README's claim).
+"""What KV-cache decoding reproduces exactly, by RoPE scaling and depth (docs/long_context.md).
 
 * Static frequencies (no scaling, linear, NTK, YaRN, Llama 3): decoding equals the full forward
   pass at any depth (pinned for two layers in ``test_kv_cache.py``).
@@ -83,7 +83,8 @@ class KVCacheDepthTest(parameterized.TestCase):
   @parameterized.parameters("dynamic_ntk", "longrope")
   @pytest.mark.slow
   def test_length_dependent_scaling_is_not_exact_for_two_layers(self, scaling):
-    # Measured here: dynamic NTK 0.012, LongRoPE 0.009; other 2-layer models up to 0.08 (README).
+    # Measured here: dynamic NTK 0.012, LongRoPE 0.009; other 2-layer models up to 0.08
+    # (docs/long_context.md).
     gap = _gaps(scaling)[2]
     self.assertGreater(gap, 1e-3)
     self.assertLess(gap, 0.5)

@@ -1,8 +1,8 @@
 """Issue 16: every input that used to give a silent wrong number now raises or gives NaN.
 
-Policy (README "Bad inputs: errors and NaN poison"): a concrete bad value raises ``ValueError``
-naming the argument and the value; a traced one (under ``jax.jit``) gives NaN, never a finite
-wrong number. Each test below failed before the fix.
+Policy (docs/decoder_and_pes.md, "Bad inputs: errors and NaN poison"): a concrete bad value
+raises ``ValueError`` naming the argument and the value; a traced one (under ``jax.jit``) gives
+NaN, never a finite wrong number. Each test below failed before the fix.
 """
 
 from __future__ import annotations
