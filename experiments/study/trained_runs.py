@@ -135,10 +135,7 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
   for candidate in [runs_dir, *reuse_dirs]:
     run_dir = run_dir_for(config, candidate)
     if is_trained(run_dir, steps):
-      losses = final_losses(run_dir)
-      info = RunInfo(run_dir, steps, losses["train_loss"], losses["valid_loss"],
-                     unigram_loss(str(config.data.name)), time.time() - started, True,
-                     losses["train_seconds"])
+      info = _run_info(run_dir, config, steps, started, reused=True)
       log(f"reused {run_dir}: {describe_losses(info)}")
       return info
   run_dir = run_dir_for(config, runs_dir)
@@ -151,12 +148,18 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
     config.eval.rope_scaling = ""
     config.eval.passkey = False
   experiment.train_and_evaluate(config, log=(lambda _: None) if quiet else log)
-  losses = final_losses(run_dir)
-  info = RunInfo(run_dir, steps, losses["train_loss"], losses["valid_loss"],
-                 unigram_loss(str(config.data.name)), time.time() - started, False,
-                 losses["train_seconds"])
+  info = _run_info(run_dir, config, steps, started, reused=False)
   log(f"trained {run_dir} in {info.seconds:.0f}s: {describe_losses(info)}")
   return info
+
+
+def _run_info(run_dir: pathlib.Path, config: Any, steps: int, started: float, *,
+              reused: bool) -> RunInfo:
+  """The :class:`RunInfo` of a finished run, from its recorded losses."""
+  losses = final_losses(run_dir)
+  return RunInfo(run_dir, steps, losses["train_loss"], losses["valid_loss"],
+                 unigram_loss(str(config.data.name)), time.time() - started, reused,
+                 losses["train_seconds"])
 
 
 def describe_losses(info: RunInfo) -> str:

@@ -17,8 +17,6 @@ name) is :mod:`pejax.train`'s.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import pathlib
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -31,6 +29,7 @@ from pejax.eval import perplexity as perplexity_lib
 from pejax.eval import report as report_lib
 from pejax.eval import task_accuracy as task_accuracy_lib
 from pejax.experiment_config import ConfigError
+from pejax.json_file import write_json_atomic
 from pejax.nn import Decoder
 from pejax.nn import DecoderConfig
 
@@ -146,7 +145,7 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
     text_parts.append(task_accuracy_lib.format_task_table(rows, train_len=train_len))
     summary = {f"accuracy@{r['length']}": r["accuracy"] for r in rows}
     if write:
-      _write_json_atomic(out_dir / "results.json", {"meta": meta, "accuracy": rows})
+      write_json_atomic(out_dir / "results.json", {"meta": meta, "accuracy": rows})
   else:
     modes = eval_modes(config)
     stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
@@ -193,10 +192,3 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
     (out_dir / "results.md").write_text(
         f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
   return RunEvaluation(tables, passkey, text, summary)
-
-
-def _write_json_atomic(path: pathlib.Path, payload: Any) -> None:
-  """``payload`` as indented JSON, through a temporary file (a reader never sees half of it)."""
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-  os.replace(tmp, path)

@@ -44,6 +44,7 @@ import numpy as np
 
 from pejax import data as data_lib
 from pejax import decoder_from_config
+from pejax import json_file
 from pejax import machine
 from pejax import parallel
 from pejax.eval import run_evaluation
@@ -307,7 +308,7 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
       out_dir=out_dir, meta=meta, header=header, write=coordinator, log=log)
   if coordinator:
     if out_dir != workdir:
-      run_directory.write_json_atomic(out_dir / "eval_config.json", meta["eval_config"])
+      json_file.write_json_atomic(out_dir / "eval_config.json", meta["eval_config"])
     with metrics_lib.MetricsWriter(workdir, append=True, tensorboard=False) as writer:
       writer.write(step, "evaluation", {"name": meta["evaluation"], "dir": str(
           out_dir.relative_to(workdir)) if out_dir != workdir else ".", **evaluation.summary})

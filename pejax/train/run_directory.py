@@ -28,6 +28,7 @@ import ml_collections
 from pejax import experiment_config
 from pejax import parallel
 from pejax.experiment_config import ConfigError
+from pejax.json_file import write_json_atomic
 from pejax.train import checkpoint as checkpoint_lib
 from pejax.train import metrics as metrics_lib
 
@@ -55,18 +56,6 @@ def config_paths(tree: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, 
       yield from config_paths(value, path + ".")
     else:
       yield path, value
-
-
-def write_json_atomic(path: pathlib.Path, payload: Any) -> None:
-  """Writes ``payload`` as indented JSON to ``path`` through a temporary file (never half-written).
-
-  Args:
-    path: the file to write.
-    payload: a JSON-serializable value (others are written as ``str``).
-  """
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-  os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------
