@@ -33,9 +33,56 @@ import numpy as np
 from pejax.encodings import arg_checks
 
 
+def _strict_int(name: str, value: Any, *, low: int, high: Optional[int] = None,
+                bound: str = "") -> int:
+  """``value`` as an int in ``[low, high)``: no bool, no float (2.5 is not silently 2)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+  if value < low or (high is not None and value >= high):
+    upper = f"{bound}={high}" if bound else f"{high}"
+    text = f"in [{low}, {upper})" if high is not None else f">= {low}"
+    raise ValueError(f"{name} must be {text}, got {value!r}")
+  return int(value)
+
+
+def check_sampling(*, temperature: Any, top_k: Any, top_p: Any) -> tuple:
+  """Validates sampling settings once, before any tracing.
+
+  Returns:
+    ``(temperature: float, top_k: int | None, top_p: float | None)``.
+
+  Raises:
+    ValueError: naming the argument and the value, for a temperature that is not a finite
+      number >= 0 (booleans are not numbers here), a ``top_k`` that is not an integer >= 1,
+      a ``top_p`` outside ``(0, 1]``, or ``top_k`` / ``top_p`` with greedy decoding (they would
+      be ignored).
+  """
+  if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer,
+                                                                   np.floating)) or not (
+      np.isfinite(temperature) and temperature >= 0):
+    raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+  temperature = float(temperature)
+  if top_k is not None:
+    top_k = _strict_int("top_k", top_k, low=1)
+  if top_p is not None:
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.integer,
+                                                         np.floating)) or not 0 < top_p <= 1:
+      raise ValueError(f"top_p must be in (0, 1] (a number), got {top_p!r}")
+    top_p = float(top_p)
+  if temperature == 0 and (top_k is not None or top_p is not None):
+    raise ValueError("top_k / top_p only apply when sampling (temperature > 0), got "
+                     f"temperature=0 with top_k={top_k}, top_p={top_p}")
+  return temperature, top_k, top_p
+
+
 def sample_logits(logits: jax.Array, key: Optional[jax.Array], *, temperature: float = 0.0,
                   top_k: Optional[int] = None, top_p: Optional[float] = None) -> jax.Array:
   """Picks one token per row from next-token logits.
+
+  A row whose logits hold a NaN, or are all ``-inf`` (nothing to sample), gives the token
+  ``-1``: the poison of the decoder's NaN logits (an out-of-range position or token under
+  ``jax.jit``) is kept, never turned into a finite token id. ``-1`` is rejected as an input
+  token id wherever ids are concrete (:meth:`~pejax.nn.Decoder.prefill`, :func:`generate`).
 
   Args:
     logits: float ``[B, V]``.
@@ -46,10 +93,23 @@ def sample_logits(logits: jax.Array, key: Optional[jax.Array], *, temperature: f
       the most likely token is always kept).
 
   Returns:
-    int32 ``[B]`` token ids.
+    int32 ``[B]`` token ids (``-1`` for a row with NaN or only ``-inf`` logits).
+
+  Raises:
+    ValueError: naming the argument, for settings :func:`check_sampling` rejects, logits that
+      are not a float ``[B, V]`` array, or a missing ``key`` when sampling.
   """
+  temperature, top_k, top_p = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+  if not hasattr(logits, "ndim") or logits.ndim != 2 or not jnp.issubdtype(logits.dtype,
+                                                                          jnp.floating):
+    raise ValueError(f"logits must be a float [B, V] array, got shape "
+                     f"{getattr(logits, 'shape', None)} and dtype {getattr(logits, 'dtype', None)}")
+  if temperature > 0 and key is None:
+    raise ValueError("key must be a PRNG key when temperature > 0, got None")
+  poisoned = jnp.isnan(logits).any(axis=-1) | jnp.all(logits == -jnp.inf, axis=-1)
   if temperature == 0.0:
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jnp.where(poisoned, jnp.int32(-1), token)
   logits = logits.astype(jnp.float32) / jnp.float32(temperature)
   if top_k is not None and top_k < logits.shape[-1]:
     kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
@@ -61,7 +121,8 @@ def sample_logits(logits: jax.Array, key: Optional[jax.Array], *, temperature: f
     kept = before < jnp.float32(top_p)
     threshold = jnp.min(jnp.where(kept, ordered, jnp.inf), axis=-1, keepdims=True)
     logits = jnp.where(logits < threshold, -jnp.inf, logits)
-  return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+  token = jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+  return jnp.where(poisoned, jnp.int32(-1), token)
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], pad_token: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,26 +208,14 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
     raise ValueError(f"model must be a pejax.nn.Decoder, got {type(model).__name__}")
   max_new_tokens = arg_checks.check_positive_int("max_new_tokens", max_new_tokens)
   vocab = model.config.vocab_size
-  pad_token = int(pad_token)
-  if not 0 <= pad_token < vocab:
-    raise ValueError(f"pad_token must be in [0, vocab_size={vocab}), got {pad_token}")
-  if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-      temperature >= 0 and np.isfinite(temperature)):
-    raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-  temperature = float(temperature)
-  if top_k is not None:
-    top_k = arg_checks.check_positive_int("top_k", top_k)
-  if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-    raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+  pad_token = _strict_int("pad_token", pad_token, low=0, high=vocab, bound="vocab_size")
+  temperature, top_k, top_p = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p)
   if temperature > 0 and rng is None:
     raise ValueError("rng must be a PRNG key when temperature > 0, got None")
-  if temperature == 0 and (top_k is not None or top_p is not None):
-    raise ValueError("top_k / top_p only apply when sampling (temperature > 0), got "
-                     f"temperature=0 with top_k={top_k}, top_p={top_p}")
-  stops = tuple(int(t) for t in stop_tokens)
-  for t in stops:
-    if not 0 <= t < vocab:
-      raise ValueError(f"stop_tokens must be in [0, vocab_size={vocab}), got {t}")
+  if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Sequence):
+    raise ValueError(f"stop_tokens must be a sequence of token ids, got {stop_tokens!r}")
+  stops = tuple(_strict_int("stop_tokens", t, low=0, high=vocab, bound="vocab_size")
+                for t in stop_tokens)
   tokens, mask = _check_prompts(prompt_tokens, prompt_mask, pad_token)
   if tokens.min() < 0 or tokens.max() >= vocab:
     raise ValueError(f"prompt_tokens must be in [0, vocab_size={vocab}), got min "
@@ -193,14 +242,35 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
     raise ValueError(f"cache settings (cache_dtype={cache_dtype!r}, cache_eviction="
                      f"{cache_eviction!r}, cache_size={cache_size}, sink_tokens={sink_tokens}): "
                      f"{error}") from None
+  # The largest position the PE sees: text positions (n_i + N - 1), or, with sinks, positions
+  # within the cache (0 .. T). A learned table ends at its max_length: beyond it the decoder's
+  # logits would be NaN under the jit below, so say it now, naming the count.
+  last_position = cache_size if cache_eviction == "sinks" else needed - 1
+  for pe in model.layer_pes():
+    limit = getattr(pe, "max_length", None)
+    if limit is not None and last_position >= limit:
+      raise ValueError(
+          f"max_new_tokens={max_new_tokens} with a prompt of {tokens.shape[1]} tokens reaches "
+          f"position {last_position}, past the {type(pe).__name__}'s max_length={limit} "
+          f"(positions 0 .. {limit - 1}); generate at most {max(limit - tokens.shape[1], 0)} "
+          "tokens, or use cache_eviction='sinks' with cache_size < max_length")
   graphdef, state = nnx.split(model)
-  # Stop ids are an argument, not a constant of the program (-1: no stop token), so that other
+  # Stop ids are an argument, not a constant of the program (-2: no stop token; -1 is the
+  # poison of a NaN row, sample_logits), so that other
   # stop tokens reuse the compilation.
-  stop_array = jnp.asarray(stops or (-1,), jnp.int32)
-  return _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), rng, stop_array,
+  stop_array = jnp.asarray(stops or (-2,), jnp.int32)
+  out = _generate(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), rng, stop_array,
                    max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                    top_p=None if top_p is None else float(top_p), pad_token=pad_token,
                    cache_size=cache_size, cache_kind=tuple(sorted(cache_kind.items())))
+  poisoned = np.argwhere(np.asarray(out) == -1)
+  if poisoned.size:
+    row, step = (int(i) for i in poisoned[0])
+    raise ValueError(
+        f"the model's logits were NaN (or all -inf) at generated token {step} of row {row} "
+        f"({len(poisoned)} tokens in all): non-finite parameters, or a position or token the "
+        "decoder cannot encode; no token is returned for them")
+  return out
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
