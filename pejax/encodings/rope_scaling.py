@@ -190,6 +190,14 @@ class _ScalingBase:
     if unknown:
       raise ValueError(f"{unknown[0]} is not a field of the {cls.name!r} scaling; its fields: "
                        f"{sorted(names)}")
+    # Required fields are named here, before construction (not a TypeError from __init__).
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in values and f.name != "original_max_position"
+               and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+    if missing:
+      raise ValueError(f"{missing[0]} is required for the {cls.name!r} scaling (e.g. "
+                       f"{missing[0]}=4); its fields: {sorted(names)}")
     if "original_max_position" in names and not values.get("original_max_position"):
       if not train_len:
         raise ValueError(f"original_max_position is required for the {cls.name!r} scaling")
@@ -472,8 +480,12 @@ class LongRoPEScaling(_ScalingBase):
       if not rotary_dim:
         raise ValueError("long_factor is required for the 'longrope' scaling without a "
                          "rotary_dim to derive it from")
+      if values.get("factor") is None:  # The heuristic lists need it; 1.0 would be a no-op.
+        raise ValueError("factor is required for the 'longrope' scaling when long_factor is not "
+                         "given (e.g. factor=4); its fields: ['attention_factor', 'factor', "
+                         "'long_factor', 'original_max_position', 'short_factor']")
       n = rotary_dim // 2
-      factor = float(values.get("factor") or 1.0)
+      factor = float(values["factor"])
       values["long_factor"] = tuple(float(factor ** (i / max(n - 1, 1))) for i in range(n))
     values.setdefault("short_factor", (1.0,) * len(values["long_factor"]))
     return super().from_fields(values, train_len=train_len)
