@@ -61,7 +61,7 @@ def pe_config_from(config: ml_collections.ConfigDict) -> Any:
       used |= own
       configs.append(entry.make_config(context, **{k: v for k, v in chosen.items() if k in own}))
   except ValueError as e:
-    raise ConfigError(f"pe: {e}") from None
+    raise ConfigError(_pe_message(str(e), section)) from None
   # A PE's own fields first (``scaling`` before the scaling's ``factor``): the message names the
   # setting the user chose, and every PE whose config accepts the field.
   primary = {f for f, (_, pes) in experiment_config.pe_fields_by_name().items() if pes}
@@ -74,6 +74,16 @@ def pe_config_from(config: ml_collections.ConfigDict) -> Any:
                       f" (PEs with this field: {', '.join(owners) or 'none registered'}); drop "
                       "it or choose such a PE")
   return configs[0] if len(configs) == 1 else tuple(configs)
+
+
+def _pe_message(text: str, section: ml_collections.ConfigDict) -> str:
+  """A PE config's error with its field as the config path: ``factor is required ...`` ->
+  ``pe.factor is required ...`` (the scalings name their missing required field, e.g.
+  ``--rope_scaling=yarn`` without a factor, before anything is constructed)."""
+  field = text.split(" ", 1)[0]
+  if field not in section:
+    return f"pe: {text}"
+  return f"pe.{text}".replace(f"(e.g. {field}=", f"(e.g. --config.pe.{field}=")
 
 
 def with_rope_scaling(pe: Any, name: str, *, factor: float, original_max_position: int,

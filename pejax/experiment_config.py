@@ -81,6 +81,8 @@ def get_default_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0  # PRNG seed for parameters and data order.
   config.workdir = ""  # Output directory; empty derives runs/<pe>-<timestamp>.
+  config.pe_modules = ""  # --pe_module: modules / .py files that register user PEs, imported
+  # before the run is built (a run records them, so that --eval_only and resume import them).
 
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 256  # Byte-level vocabulary.
@@ -101,7 +103,8 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.pe = pe_section("rope")  # pe.name + every field of every registered PE (see below).
 
   config.data = ml_collections.ConfigDict()
-  config.data.name = "stdlib"  # "stdlib", a path to a UTF-8 file/dir, or copy/reverse/passkey/addition.
+  config.data.name = "stdlib"  # "stdlib", a synthetic task (copy, reverse, passkey, addition,
+  # ...: pejax.data.TASK_NAMES) or a path to a UTF-8 text file or directory.
   config.data.train_len = 128  # Training sequence length in tokens (bytes).
   config.data.batch_size = 16  # Sequences per training batch.
   config.data.task_min_size = 0  # Smallest synthetic task size; 0 means the task minimum.
@@ -155,15 +158,36 @@ HELP_GROUPS = (("model", "model"), ("pe", "positional encoding"), ("data", "data
                ("optim", "optimizer"), ("eval", "evaluation"), ("train", "run"), ("mesh", "mesh"))
 
 
+def get_config() -> ml_collections.ConfigDict:
+  """The default experiment (:func:`get_default_config`), as a ``--config`` file defines it.
+
+  This module is the default ``--config`` file of ``pejax-launch`` / ``python -m pejax`` (an
+  installed package has no ``experiments/configs/``); ``experiments/configs/default.py``, the
+  default of ``launch.py``, returns the same.
+  """
+  return get_default_config()
+
+
 def field_comments() -> dict:
-  """``"model.d_model" -> "Residual stream width."``: the one-line comment of every field."""
+  """``"model.d_model" -> "Residual stream width."``: the comment of every field.
+
+  A field's comment starts on its line; comment-only lines right below it continue it (a
+  comment too long for one line is never cut).
+  """
   import inspect  # pylint: disable=g-import-not-at-top
   import re  # pylint: disable=g-import-not-at-top
   comments = {}
+  last = None
   for line in inspect.getsource(get_default_config).splitlines():
     match = re.match(r"\s*config\.([\w.]+) = .*?  # (.*)$", line)
+    continued = re.match(r"\s*# (.*)$", line)
     if match:
-      comments[match.group(1)] = match.group(2).strip()
+      last = match.group(1)
+      comments[last] = match.group(2).strip()
+    elif continued and last is not None:
+      comments[last] += " " + continued.group(1).strip()
+    else:
+      last = None
   return comments
 
 
@@ -196,8 +220,11 @@ def help_text(config: ml_collections.ConfigDict | None = None) -> str:
     keys = [k for k in ordered if k in config[section]]
     keys += [k for k in config[section].keys() if k not in keys]  # Fields of a custom config.
     entries = [(f"{section}.{key}", config[section][key]) for key in keys]
-    if section == "train":
-      entries = [("seed", config.seed), ("workdir", config.workdir)] + entries
+    if section == "train":  # The top-level fields (seed, workdir, pe_modules).
+      top = [k for k in config.keys() if not isinstance(config[k], ml_collections.ConfigDict)]
+      top = [k for k in ("seed", "workdir") if k in top] + [
+          k for k in top if k not in ("seed", "workdir")]
+      entries = [(key, config[key]) for key in top] + entries
     for path, value in entries:
       shown = f"'{value}'" if isinstance(value, str) else repr(value)
       lines.append(f"  --config.{path}={shown}".ljust(46) + " " + comments.get(path, ""))

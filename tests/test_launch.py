@@ -1,8 +1,8 @@
 """Tests of `launch.py` and `train_and_evaluate` with tiny settings.
 
 Most commands run in-process through ``launch.run(argv)`` (the path the command line takes);
-only two start an interpreter: the SIGTERM preemption and the shape of a usage error / --help
-on the real command line.
+three start an interpreter: the SIGTERM preemption, the shape of a usage error / --help on the
+real command line, and ``--eval_only`` of a run trained with a ``--pe_module`` file.
 """
 
 import contextlib
@@ -107,7 +107,8 @@ class CommandLineTest(absltest.TestCase):
   @pytest.mark.slow
   def test_help_and_usage_error_on_the_real_command_line(self):
     proc = _run_launch("--help", reexec=False)
-    out, err = proc.communicate(timeout=120)  # absl's --help exits 1.
+    out, err = proc.communicate(timeout=120)
+    self.assertEqual(proc.returncode, 0, err[-3000:])
     for group in ("model (--config.model.<field>):", "positional encoding (--config.pe.",
                   "data (--config.data.", "optimizer (--config.optim.",
                   "evaluation (--config.eval.", "run (--config.train.", "mesh (--config.mesh."):
@@ -125,13 +126,14 @@ class CommandLineTest(absltest.TestCase):
 
 
 class UsageErrorTest(parameterized.TestCase):
-  """Every bad command is a clear usage error naming the settings (in-process)."""
+  """Every bad setting is a clear usage error naming it (in-process; the command-line mistakes
+  and their one-line form: tests/test_command_line_errors.py)."""
 
   @parameterized.named_parameters(
-      ("unknown_pe", ["--pe=foo"], app.UsageError, r"pe must be one of \[.*'alibi'.*got 'foo'"),
-      ("unknown_scaling", ["--rope_scaling=magic"], flags.Error, "yarn"),
-      ("zero_steps", ["--steps=0"], flags.Error, "steps"),
-      ("unknown_field", ["--config.model.nope=1"], flags.Error, "nope"),
+      ("unknown_pe", ["--pe=foo"], app.UsageError,
+       r"--pe=foo: 'foo' is not a registered PE.*; one of alibi, .*rope"),
+      ("unknown_scaling", ["--rope_scaling=magic"], app.UsageError,
+       r"--rope_scaling=magic: must be one of none, .*yarn"),
       ("bad_eval_lens", ["--eval_lens=64,abc"], app.UsageError, "eval_lens"),
       ("bad_eval_mode", ["--config.eval.mode=both,sliding"], app.UsageError, "nonoverlap"),
       ("bad_data", ["--data=/no/such/corpus"], app.UsageError, "stdlib"),
@@ -143,7 +145,7 @@ class UsageErrorTest(parameterized.TestCase):
       ("eval_factor_alone", ["--config.eval.rope_factor=4"], app.UsageError,
        r"eval.rope_factor=4.0 has no effect without eval.rope_scaling"),
       ("factor_alone", ["--rope_factor=4"], app.UsageError,
-       r"factor needs a RoPE scaling \(--config.pe.scaling=...\)"),
+       r"--rope_factor=4.0: pe.factor needs a RoPE scaling \(--rope_scaling=...\)"),
       ("original_length_alone", ["--config.pe.original_max_position=64"],
        app.UsageError, r"original_max_position needs a RoPE scaling"),
       ("original_length_on_linear", ["--rope_scaling=linear", "--rope_factor=2",
@@ -176,22 +178,16 @@ class UsageErrorTest(parameterized.TestCase):
        "--progress only takes effect with"),
       ("progress_on_a_study_without_variants", ["--study=passkey_scaling", "--progress"],
        app.UsageError, "--progress only applies to the studies that sweep PE variants"),
-      ("shard_index_out_of_range", ["--study=kazemnejad_suite", "--shard=2/2"], app.UsageError,
-       r"--shard must be I/N with 0 <= I < N \(e.g. 0/2\), got '2/2'"),
       ("shard_not_a_fraction", ["--study=kazemnejad_suite", "--shard=1"], app.UsageError,
-       r"--shard must be I/N .*got '1'"),
+       r"--shard=1: must be I/N with 0 <= I < N \(e.g. 0/2\)"),
       ("shard_zero_count", ["--study=kazemnejad_suite", "--shard=0/0"], app.UsageError,
-       r"got '0/0'"),
+       r"--shard=0/0: must be I/N"),
       ("shard_negative", ["--study=kazemnejad_suite", "--shard=-1/2"], app.UsageError,
-       r"got '-1/2'"),
+       r"--shard=-1/2: must be I/N"),
       ("pes_on_a_study_without_variants", ["--study=extrapolation", "--pes=rope"],
        app.UsageError, "--pes only applies to the studies that sweep PE variants"),
       ("unknown_pes", ["--study=kazemnejad_suite", "--pes=rope,bogus"], app.UsageError,
        r"--pes: bogus not among this study's variants \(alibi, .*rope"),
-      ("eval_name_without_eval_only", ["--eval_name=x"], app.UsageError,
-       "--eval_name only takes effect with --eval_only"),
-      ("eval_only_without_workdir", ["--eval_only"], app.UsageError,
-       "--eval_only needs"),
       ("study_and_config", ["--study=extrapolation",
                             "--config=experiments/configs/default.py"], app.UsageError,
        "picks its own config file"),
@@ -199,7 +195,8 @@ class UsageErrorTest(parameterized.TestCase):
        "does not take --pe"),
       ("study_owned_config", ["--study=extrapolation", "--config.eval.lens=64"],
        app.UsageError, "does not take --config.eval.lens"),
-      ("unknown_study", ["--study=nope"], flags.Error, "extrapolation"),
+      ("unknown_study", ["--study=nope"], app.UsageError,
+       "--study=nope: no such study; one of .*extrapolation"),
   )
   def test_usage_error(self, args, error, message):
     with self.assertRaisesRegex(error, message):
@@ -209,6 +206,88 @@ class UsageErrorTest(parameterized.TestCase):
     file_path = self.create_tempfile().full_path
     with self.assertRaisesRegex(app.UsageError, "is below .*which is a file"):
       _launch(f"--workdir={file_path}/run")
+
+
+# A PE of the user's own, in one file outside pejax (registered once per process: the same file
+# is one module however often it is imported).
+USER_PE_SOURCE = """
+import dataclasses
+import jax.numpy as jnp
+from pejax.nn import register_pe
+from pejax.nn.positional.interface import PEConfig, PositionalEncoding
+
+
+@dataclasses.dataclass(frozen=True)
+class FileDecayConfig(PEConfig):
+  decay_rate: float = 1.0
+
+
+@register_pe("cli_file_decay")
+class FileDecayPE(PositionalEncoding):
+  config_class = FileDecayConfig
+  translation_invariant = True
+
+  def bias(self, q_positions, k_positions):
+    # float32 [B | 1, H, Lq, Lk]: -decay_rate * (h + 1) / H * |q - k| for head h.
+    heads = jnp.arange(1, self.num_heads + 1, dtype=jnp.float32) / self.num_heads
+    distance = jnp.abs(q_positions[:, None, :, None] - k_positions[:, None, None, :])
+    return -self.config.decay_rate * heads[None, :, None, None] * distance.astype(jnp.float32)
+"""
+
+
+class PEModuleTest(absltest.TestCase):
+  """--pe_module=<file.py>: a PE from one's own file, its fields in --help, recorded by the run."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = pathlib.Path(tempfile.mkdtemp(prefix="pe_module"))
+    cls.pe_file = cls.root / "my_pe.py"
+    cls.pe_file.write_text(USER_PE_SOURCE)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def _resolve(self, *args):
+    argv = ["launch.py", *args]
+    flag_values = flags.FlagValues()
+    launch.define_flags(flag_values, argv)
+    launch.parse_flags(argv, flag_values)
+    return launch.resolve_config(flag_values)
+
+  def test_a_relative_file_path_registers_the_pe_and_its_fields(self):
+    with contextlib.chdir(self.root):
+      config, overrides, _ = self._resolve("--pe_module=my_pe.py", "--pe=CLI_File_Decay",
+                                           "--config.pe.decay_rate=0.25")
+    pe = decoder_from_config.pe_config_from(config)
+    self.assertEqual((type(pe).__name__, pe.decay_rate), ("FileDecayConfig", 0.25))
+    self.assertEqual(config.pe.name, "cli_file_decay")
+    self.assertEqual(config.pe_modules, str(self.pe_file))  # Recorded as an absolute path.
+    self.assertEqual(overrides["pe_modules"], str(self.pe_file))
+
+  def test_help_with_the_module_lists_its_fields(self):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      self.assertEqual(launch.command_line(["launch.py", f"--pe_module={self.pe_file}",
+                                            "--help"]), 0)
+    self.assertRegex(out.getvalue(), r"--config.pe.decay_rate=None +Default per PE "
+                                     r"\(cli_file_decay: 1.0\)\.")
+
+  @pytest.mark.slow
+  def test_the_run_records_it_and_eval_only_in_a_new_process_imports_it(self):
+    workdir = self.root / "run"
+    self.assertEqual(_launch(f"--pe_module={self.pe_file}", "--pe=cli_file_decay",
+                             "--steps=2", f"--workdir={workdir}", *TINY), 0)
+    recorded = json.loads((workdir / "config.json").read_text())
+    self.assertEqual(recorded["pe_modules"], str(self.pe_file))
+    proc = _run_launch(f"--workdir={workdir}", "--eval_only", "--eval_lens=64",
+                       "--eval_name=again", "--config.eval.num_tokens=128", reexec=False)
+    out, err = proc.communicate(timeout=300)
+    self.assertEqual(proc.returncode, 0, err[-3000:])
+    again = json.loads((workdir / "evals" / "again" / "results.json").read_text())
+    self.assertEqual([r["length"] for r in again["perplexity"]["cli_file_decay"]], [64])
 
 
 class RunRecordTest(absltest.TestCase):
@@ -288,34 +367,6 @@ class RunRecordTest(absltest.TestCase):
     self.assertNotEmpty(events)
     self.assertIn(b"train/loss", b"".join(e.read_bytes() for e in events))
 
-  @pytest.mark.slow
-  def test_compare_prints_one_table_and_one_plot(self):
-    other = self.root / "rope"
-    self.assertEqual(_launch("--steps=4", f"--workdir={other}", *TINY), 0)
-    partial = self.root / "partial"
-    partial.mkdir(exist_ok=True)
-    (partial / "config.json").write_text((other / "config.json").read_text().replace(
-        '"name": "rope"', '"name": "t5"'))
-    (partial / "status.json").write_text('{"state": "preempted", "step": 2}')
-    out = self.root / "cmp.png"
-    text = compare.compare([str(self.workdir), str(other), str(partial)], out=str(out))
-    lines = text.splitlines()
-    self.assertIn("| alibi | pe=alibi |", text)
-    self.assertIn("| rope | pe=rope |", text)
-    self.assertIn("(preempted, not reported)", text)
-    self.assertIn("ppl@32", lines[1])
-    self.assertTrue(out.exists())
-    self.assertEqual(compare.run_labels(
-        [{"pe": {"name": "rope", "scaling": "yarn", "factor": 4.0}},
-         {"pe": {"name": "rope", "scaling": None, "factor": None}},
-         {"pe": {"name": "alibi", "scaling": None, "factor": None}}]),
-        ["pe=rope scaling=yarn x4", "pe=rope scaling=None", "pe=alibi scaling=None"])
-    # Records written before the PE fields were renamed (pe.rope_*) read the same.
-    self.assertEqual(compare.run_labels(
-        [{"pe": {"name": "rope", "rope_scaling": "yarn", "rope_factor": 4.0}},
-         {"pe": {"name": "rope", "rope_scaling": "none", "rope_factor": 1.0}}]),
-        ["scaling=yarn x4", "scaling=None"])
-
 
 class ConfigFilesTest(absltest.TestCase):
 
@@ -327,7 +378,7 @@ class ConfigFilesTest(absltest.TestCase):
     scratch = pathlib.Path(self.create_tempdir().full_path)
     for path in configs:
       with self.subTest(config=path.name):
-        if "study" in launch._load_config_file(str(path)):  # pylint: disable=protected-access
+        if "study" in launch.load_config_file(str(path)):
           # Resolved to the study with the overrides; the study's own smoke test trains it.
           module = __import__(f"experiments.{path.stem}", fromlist=["run"])
           seen = []
