@@ -122,6 +122,8 @@ _EXPORTS = {
     "make_train_step": "pejax.train",
     "bind_train_step": "pejax.train",
     "train_and_evaluate": "pejax.train.experiment",
+    "load_run": "pejax.train.run_loading",
+    "LoadedRun": "pejax.train.run_loading",
     "get_default_config": "pejax.experiment_config",
 }
 

@@ -176,9 +176,14 @@ class PublicApiTest(absltest.TestCase):
       self.assertTrue(hasattr(pejax, name), name)
     self.assertTrue(hasattr(pejax.nn, "Decoder"))
     self.assertTrue(hasattr(pejax.nn, "DecoderConfig"))
-    for name in ("from_pretrained", "save_pretrained", "load_tokenizer"):
+    for name in ("from_pretrained", "save_pretrained", "load_tokenizer", "ByteTokenizer"):
       self.assertTrue(hasattr(pejax.hf, name), name)
     self.assertTrue(callable(pejax.generate))
+    # A trained run out of pejax: load_run, python -m pejax.sample, python -m pejax.hf.export.
+    self.assertTrue(callable(pejax.load_run))
+    self.assertEqual(pejax.LoadedRun.__module__, "pejax.train.run_loading")
+    for module in ("pejax.sample", "pejax.hf.export"):
+      self.assertTrue(callable(importlib.import_module(module).main), module)
 
   def test_every_public_name_is_documented(self):
     self.assertEqual(len(set(pejax.__all__)), len(pejax.__all__))

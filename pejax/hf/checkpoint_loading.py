@@ -15,7 +15,7 @@ cache; pass its snapshot directory).
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 from flax import nnx
 import jax
@@ -106,7 +106,10 @@ def from_pretrained(path: Any, *, dtype: Any = None, **overrides: Any) -> Decode
       context-extension scaling (:func:`pejax.hf.with_rope_scaling` builds one).
 
   Returns:
-    The decoder with the checkpoint's weights.
+    The decoder with the checkpoint's weights. Its ``hf_source`` attribute (a
+    :class:`~pejax.hf.config_mapping.HFSource`, not part of ``nnx.state``) records the family and
+    the ``config.json`` keys pejax does not interpret, which :func:`pejax.hf.save_pretrained`
+    writes back.
 
   Raises:
     ValueError: naming the file for a missing or corrupted file, naming the field for an
@@ -171,7 +174,10 @@ def from_pretrained(path: Any, *, dtype: Any = None, **overrides: Any) -> Decode
   leaves = []
   for path, variable in flat:
     leaves.append((path, variable.replace(values[tuple(path)])))
-  return nnx.merge(graphdef, nnx.from_flat_state(leaves))
+  model = nnx.merge(graphdef, nnx.from_flat_state(leaves))
+  # The family and the keys pejax does not interpret, for save_pretrained (static, not state).
+  model.hf_source = config_mapping.HFSource.from_config(hf)
+  return model
 
 
 def with_rope_scaling(model: Decoder, scaling: Any) -> Decoder:
@@ -197,4 +203,7 @@ def with_rope_scaling(model: Decoder, scaling: Any) -> Decoder:
                                pe=dataclasses.replace(model.config.pe, scaling=scaling))
   abstract = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
   graphdef, _ = nnx.split(abstract)
-  return nnx.merge(graphdef, nnx.state(model))
+  scaled = nnx.merge(graphdef, nnx.state(model))
+  if getattr(model, "hf_source", None) is not None:
+    scaled.hf_source = model.hf_source  # save_pretrained writes the new RoPE keys.
+  return scaled

@@ -21,10 +21,15 @@ rotates in the ``"half"`` layout (``rotate_half``); a partial rotary factor rota
 Nothing is approximated silently: a field this mapping cannot honour (another ``model_type``, an
 MLP bias, logit soft-capping, a quantization config, an activation other than the family's, any
 key it does not know) raises ``ValueError`` naming the field and its value.
+
+:class:`HFSource` records the ``config.json`` a decoder was loaded from, and
+:func:`with_source_keys` writes its family and the keys pejax does not interpret back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any, Mapping, Optional
 
 from pejax.encodings import rope_hf
@@ -292,8 +297,8 @@ def decoder_config_to_hf(config: DecoderConfig, *, model_type: Optional[str] = N
                      f"{model_type!r}")
   pe = config.pe
   if not isinstance(pe, RotaryConfig):
-    raise _cannot("pe", config.pe_name, model_type, "Hugging Face decoders use one RoPE for "
-                  "every layer")
+    raise _cannot("pe", config.pe_name, model_type, f"{config.pe_name} has no Hugging Face "
+                  f"{model_type} equivalent (HF decoders use one RoPE for every layer)")
   if pe.layout != "half":
     raise _cannot("pe.layout", pe.layout, model_type, "HF rotates with rotate_half ('half'); "
                   "permute W_q / W_k with pejax.permute_rope_weights first")
@@ -314,8 +319,8 @@ def decoder_config_to_hf(config: DecoderConfig, *, model_type: Optional[str] = N
     raise _cannot("scale_embeddings", False, model_type, "gemma always scales embeddings")
   if not gemma and config.scale_embeddings and config.tie_embeddings:
     raise _cannot("scale_embeddings", True, model_type, "with tied embeddings the sqrt(d_model) "
-                  "input scale cannot be folded into the weights; use model_type='gemma' "
-                  "architectures or an untied model")
+                  "input scale cannot be folded into the weights; pejax.hf.save_pretrained "
+                  "writes such a model untied (the scale folded into the input embedding)")
   if model_type == "qwen2" and (not config.qkv_bias or config.output_bias):
     raise _cannot("qkv_bias", config.qkv_bias, model_type, "qwen2 has q/k/v biases and no "
                   "output bias")
@@ -391,3 +396,116 @@ _ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                   "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                   "phi3": "Phi3ForCausalLM", "gemma": "GemmaForCausalLM"}
 
+
+
+# ----------------------------------------------------------------------------------------------
+# The config.json a decoder was loaded from, written back by save_pretrained.
+
+# Copied back together or not at all (a stale rope_theta beside a new rope_parameters would be
+# read by one transformers version and not by another).
+_ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+_POSITION_KEYS = ("max_position_embeddings", "original_max_position_embeddings")
+_DTYPE_KEYS = ("torch_dtype", "dtype")
+# Never copied: the family is written from the config; auto_map points at remote-code files
+# that are not copied.
+_NOT_COPIED = frozenset({"model_type", "architectures", "auto_map"})
+
+
+@dataclasses.dataclass(frozen=True)
+class HFSource:
+  """The ``config.json`` a decoder was loaded from (kept on the model as ``model.hf_source``).
+
+  :func:`pejax.hf.from_pretrained` records it; :func:`pejax.hf.save_pretrained` then writes the
+  same family (Phi-3 stays Phi-3 with fused tensors, even with full rotary) and the keys pejax
+  does not interpret (bos / eos / pad ids, ``transformers_version``, dropout settings, the RoPE
+  form, Phi-3's rotary details) back, as long as they do not change what the config means
+  (:func:`with_source_keys`). Frozen and hashable: a static attribute of the NNX graph, never
+  part of ``nnx.state(model)``.
+
+  Attributes:
+    model_type: the source family (``"phi3"``).
+    config_json: the source ``config.json`` as canonical JSON text.
+  """
+
+  model_type: str
+  config_json: str
+
+  @classmethod
+  def from_config(cls, config: Mapping[str, Any]) -> HFSource:
+    """The source record of a parsed ``config.json``.
+
+    Args:
+      config: the parsed ``config.json`` (its ``model_type`` one of the supported families).
+
+    Returns:
+      The record.
+
+    Raises:
+      ValueError: naming ``model_type`` when it is not a supported family.
+    """
+    model_type = config.get("model_type") if isinstance(config, Mapping) else None
+    if model_type not in SUPPORTED_MODEL_TYPES:
+      raise _unsupported("model_type", model_type,
+                         f"pejax loads the decoder families {list(SUPPORTED_MODEL_TYPES)}")
+    return cls(model_type, json.dumps(dict(config), sort_keys=True))
+
+  @property
+  def config(self) -> dict:
+    """The source ``config.json`` as a new dict."""
+    return json.loads(self.config_json)
+
+
+def with_source_keys(written: Mapping[str, Any], source: HFSource) -> dict:
+  """``written`` (:func:`decoder_config_to_hf`) with the source's keys wherever they mean the same.
+
+  A key of the source is copied (added, or its value replacing the written one) and a written key
+  the source lacks is dropped only if :func:`decoder_config_from_hf` then still reads the same
+  :class:`DecoderConfig`: keys pejax does not interpret (ids, versions, dropout) always come
+  back; the RoPE keys come back as one group (the source's form, ``rope_scaling`` or
+  ``rope_parameters``) when they still describe the model's RoPE (not after
+  :func:`pejax.hf.with_rope_scaling`). Never copied: ``model_type`` and ``architectures`` (the
+  written family), ``auto_map`` (remote code that is not copied) and the dtype, whose value is
+  the written tensors' (under the source's key name, ``dtype`` or ``torch_dtype``).
+
+  Args:
+    written: the ``config.json`` dict pejax writes for the model.
+    source: the record of the ``config.json`` the model was loaded from.
+
+  Returns:
+    A new dict (``written`` is not modified).
+  """
+  out = dict(written)
+  original = source.config
+  dtype_value = out.get("torch_dtype")
+  target = decoder_config_from_hf(out)
+
+  def reads_same(candidate: dict) -> bool:
+    try:
+      return decoder_config_from_hf(candidate) == target
+    except ValueError:
+      return False
+
+  def keep(candidate: dict) -> None:
+    if reads_same(candidate):
+      out.clear()
+      out.update(candidate)
+
+  # The RoPE group, first with the lengths it may read them from, then alone.
+  for group in (_ROPE_KEYS + _POSITION_KEYS, _ROPE_KEYS):
+    swapped = {k: v for k, v in out.items() if k not in group}
+    swapped.update({k: original[k] for k in group if k in original})
+    if reads_same(swapped):
+      keep(swapped)
+      break
+  fixed = _NOT_COPIED | set(_ROPE_KEYS) | set(_DTYPE_KEYS)
+  for key in sorted(k for k in original if k not in fixed):
+    if out.get(key, object()) != original[key]:
+      keep({**out, key: original[key]})
+  for key in sorted(k for k in out if k not in original and k not in fixed):
+    keep({k: v for k, v in out.items() if k != key})
+  names = [k for k in _DTYPE_KEYS if k in original] or ["torch_dtype"]
+  for key in _DTYPE_KEYS:
+    out.pop(key, None)
+  for key in names:
+    out[key] = dtype_value
+  return out

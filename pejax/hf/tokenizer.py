@@ -1,13 +1,19 @@
-"""``load_tokenizer``: a checkpoint directory's ``tokenizer.json`` through ``tokenizers``.
+"""Tokenizers: a checkpoint directory's ``tokenizer.json``, and pejax's byte-level ids.
 
-Local files only (no network, no ``transformers``). The special tokens come from
-``tokenizer_config.json`` (``bos_token`` / ``eos_token`` / ``pad_token``, strings or
-``{"content": ...}`` dicts) and, for the stop ids, from ``generation_config.json`` /
-``config.json`` (``eos_token_id``, an id or a list).
+* :func:`load_tokenizer`: ``tokenizer.json`` through ``tokenizers``. Local files only (no
+  network, no ``transformers``). The special tokens come from ``tokenizer_config.json``
+  (``bos_token`` / ``eos_token`` / ``pad_token``, strings or ``{"content": ...}`` dicts) and,
+  for the stop ids, from ``generation_config.json`` / ``config.json`` (``eos_token_id``, an id
+  or a list).
+* :class:`ByteTokenizer`: the ids pejax's byte-level data uses (id = the byte of the UTF-8
+  text, vocabulary 256, no special tokens: the synthetic tasks' padding id 0 is the byte
+  ``\x00``), and :meth:`ByteTokenizer.save`, the same ids as a ``tokenizer.json`` that
+  ``tokenizers``, :func:`load_tokenizer` and transformers' ``PreTrainedTokenizerFast`` read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Optional, Sequence
 
@@ -139,3 +145,135 @@ def load_tokenizer(path: Any) -> Tokenizer:
     pad = next(iter(_ids(config.get("pad_token_id"))), None)
   return Tokenizer(tokenizer, name=directory, bos_token_id=bos, eos_token_ids=eos,
                    pad_token_id=pad)
+
+
+BYTE_VOCAB_SIZE = 256  # pejax's byte-level vocabulary: one id per byte value.
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+
+def byte_to_unicode() -> dict[int, str]:
+  """GPT-2's printable stand-in character for each byte (``tokenizers``' ``ByteLevel`` map).
+
+  Returns:
+    ``{byte: one-character str}`` for the 256 byte values.
+
+  References:
+    Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" (GPT-2's
+    ``bytes_to_unicode``).
+  """
+  printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+               + list(range(ord("\xae"), ord("\xff") + 1)))
+  chars = list(printable)
+  extra = 0
+  for b in range(BYTE_VOCAB_SIZE):
+    if b not in printable:
+      printable.append(b)
+      chars.append(BYTE_VOCAB_SIZE + extra)
+      extra += 1
+  return {b: chr(c) for b, c in zip(printable, chars)}
+
+
+class ByteTokenizer:
+  """pejax's byte-level ids: token id = byte value of the UTF-8 text (vocabulary 256).
+
+  The built-in corpus, text files and the synthetic tasks are all trained on these ids; there
+  are no special tokens (the synthetic tasks pad with id 0, the byte ``\x00``, which their text
+  never contains), so ``bos_token_id`` and ``pad_token_id`` are ``None`` and nothing stops
+  generation.
+
+  Example::
+
+    tok = ByteTokenizer()
+    tok.encode("héllo")           # [104, 195, 169, 108, 108, 111]
+    tok.decode([104, 105])        # "hi"
+
+  Attributes:
+    name: ``"bytes"``.
+    vocab_size: 256.
+    bos_token_id: ``None``.
+    eos_token_ids: ``()``.
+    pad_token_id: ``None``.
+  """
+
+  name = "bytes"
+  vocab_size = BYTE_VOCAB_SIZE
+  bos_token_id = None
+  eos_token_ids: tuple[int, ...] = ()
+  pad_token_id = None
+
+  def encode(self, text: str) -> list[int]:
+    """The ids of ``text``: its UTF-8 bytes.
+
+    Args:
+      text: a string.
+
+    Returns:
+      One id in ``[0, 256)`` per UTF-8 byte.
+
+    Raises:
+      ValueError: if ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+      raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return list(text.encode("utf-8"))
+
+  def decode(self, ids: Any) -> str:
+    """The text of byte ids (invalid UTF-8 becomes U+FFFD, as ``errors="replace"``).
+
+    Args:
+      ids: int ``[N]`` ids (a list or an array).
+
+    Returns:
+      The decoded string.
+
+    Raises:
+      ValueError: naming the first id outside ``[0, 256)``.
+    """
+    values = [int(i) for i in np.asarray(ids).reshape(-1)]
+    bad = [i for i in values if not 0 <= i < BYTE_VOCAB_SIZE]
+    if bad:
+      raise ValueError(f"ids must be bytes in [0, {BYTE_VOCAB_SIZE}), got {bad[0]}")
+    return bytes(values).decode("utf-8", errors="replace")
+
+  def to_tokenizers(self) -> Any:
+    """The same ids as a ``tokenizers.Tokenizer`` (byte-level BPE with no merges).
+
+    Each byte becomes its GPT-2 stand-in character (:func:`byte_to_unicode`), whose vocabulary
+    id is the byte value; the ``ByteLevel`` decoder maps the characters back to bytes.
+
+    Returns:
+      The ``tokenizers.Tokenizer``.
+    """
+    from tokenizers import Tokenizer as HFTokenizer  # pylint: disable=g-import-not-at-top
+    from tokenizers import decoders, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
+    vocab = {char: b for b, char in byte_to_unicode().items()}
+    tokenizer = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+  def save(self, directory: Any) -> list[str]:
+    """Writes ``tokenizer.json`` and ``tokenizer_config.json`` with these ids into ``directory``.
+
+    ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` (transformers'
+    ``AutoTokenizer`` then reads ``tokenizer.json`` as it is) and no special tokens.
+
+    Args:
+      directory: an existing directory.
+
+    Returns:
+      The written file names.
+    """
+    directory = os.fspath(directory)
+    self.to_tokenizers().save(os.path.join(directory, TOKENIZER_FILE))
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": None,
+                "clean_up_tokenization_spaces": False, "add_bos_token": False,
+                "add_eos_token": False, "bos_token": None, "eos_token": None,
+                "pad_token": None, "unk_token": None}
+    with open(os.path.join(directory, TOKENIZER_CONFIG_FILE), "w", encoding="utf-8") as f:
+      json.dump(settings, f, indent=2, sort_keys=True)
+      f.write("\n")
+    return [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE]
+
+  def __repr__(self) -> str:
+    return "ByteTokenizer(vocab_size=256)"

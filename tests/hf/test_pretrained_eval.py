@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 from absl.testing import absltest
@@ -46,6 +47,20 @@ class PretrainedEvalTest(absltest.TestCase):
     self.assertEqual(payload["meta"]["train_len"], 64)  # The checkpoint's context.
     with self.assertRaisesRegex(experiment_config.ConfigError, "already exists"):
       pretrained.evaluate_pretrained(MODEL, config, name="e1", log=lambda line: None)
+
+  def test_default_directory_is_in_the_runs_tree_not_the_current_directory(self):
+    cwd = pathlib.Path(self.create_tempdir().full_path)
+    previous = os.getcwd()
+    os.chdir(cwd)
+    self.addCleanup(os.chdir, previous)
+    config = _config(lens="32", mode="nonoverlap", num_tokens=64)
+    result = pretrained.evaluate_pretrained(MODEL, config, name="e", log=lambda line: None)
+    self.assertEqual(result.workdir,
+                     pathlib.Path("runs", "pretrained", "llama_default_untied", "evals", "e"))
+    self.assertEqual(pretrained.default_workdir(MODEL),
+                     pathlib.Path("runs", "pretrained", "llama_default_untied"))
+    self.assertTrue((cwd / result.workdir / "results.json").exists())
+    self.assertEqual([p.name for p in cwd.iterdir()], ["runs"])
 
   def test_usage_errors(self):
     with self.assertRaisesRegex(experiment_config.ConfigError, "needs --eval_lens"):

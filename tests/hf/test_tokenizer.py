@@ -41,6 +41,63 @@ class TokenizerTest(absltest.TestCase):
       pejax.hf.load_tokenizer(bad)
 
 
+# Non-ASCII (2-, 3- and 4-byte UTF-8), control bytes (\x00 is the synthetic tasks' padding
+# id), leading and repeated spaces, CRLF.
+TEXTS = ("plain ascii", "héllo wörld", "日本語のテキスト", "emoji 🙂👍🏽", "\x00\x01\x7f\t\n",
+         "  two  spaces ", "a\r\nb", "")
+
+
+class ByteTokenizerTest(absltest.TestCase):
+
+  def test_ids_are_the_utf8_bytes(self):
+    tokenizer = pejax.hf.ByteTokenizer()
+    self.assertEqual(tokenizer.encode("héllo"), [104, 195, 169, 108, 108, 111])  # Golden.
+    self.assertEqual(tokenizer.encode("🙂"), [240, 159, 153, 130])
+    self.assertEqual(tokenizer.vocab_size, 256)
+    self.assertEqual((tokenizer.bos_token_id, tokenizer.eos_token_ids, tokenizer.pad_token_id),
+                     (None, (), None))
+    for text in TEXTS:
+      self.assertEqual(tokenizer.decode(tokenizer.encode(text)), text)
+    self.assertEqual(tokenizer.decode(np.asarray([104, 105], np.int32)), "hi")
+    self.assertEqual(tokenizer.decode([0xff]), "\ufffd")  # Invalid UTF-8: replaced, not lost.
+
+  def test_bad_input_is_named(self):
+    tokenizer = pejax.hf.ByteTokenizer()
+    with self.assertRaisesRegex(ValueError, "ids must be bytes in \\[0, 256\\), got 256"):
+      tokenizer.decode([1, 256])
+    with self.assertRaisesRegex(ValueError, "ids must be bytes .* got -1"):
+      tokenizer.decode([-1])
+    with self.assertRaisesRegex(ValueError, "text must be a str, got bytes"):
+      tokenizer.encode(b"abc")
+
+  def test_stand_in_characters_are_the_byte_level_alphabet(self):
+    from tokenizers import pre_tokenizers
+    table = pejax.hf.tokenizer.byte_to_unicode()
+    self.assertEqual(sorted(table), list(range(256)))
+    self.assertEqual(sorted(table.values()), sorted(pre_tokenizers.ByteLevel.alphabet()))
+    self.assertEqual((table[ord("A")], table[32], table[0]), ("A", "Ġ", "Ā"))  # GPT-2's map.
+
+  def test_saved_tokenizer_json_gives_the_same_ids(self):
+    directory = pathlib.Path(self.create_tempdir().full_path)
+    tokenizer = pejax.hf.ByteTokenizer()
+    self.assertEqual(tokenizer.save(directory), ["tokenizer.json", "tokenizer_config.json"])
+    loaded = pejax.hf.load_tokenizer(directory)
+    self.assertEqual(loaded.vocab_size, 256)
+    self.assertEqual((loaded.bos_token_id, loaded.eos_token_ids, loaded.pad_token_id),
+                     (None, (), None))
+    every_byte = bytes(range(128)).decode("ascii") + "".join(map(chr, range(128, 2048, 7)))
+    for text in TEXTS + (every_byte,):
+      ids = tokenizer.encode(text)
+      self.assertEqual(loaded.encode(text).tolist(), ids, text)
+      self.assertEqual(loaded.encode(text, add_special_tokens=True).tolist(), ids, text)
+      self.assertEqual(loaded.decode(ids), text)
+    # Every id is its byte: the 256 single-byte strings are the whole vocabulary.
+    from tokenizers import Tokenizer
+    raw = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    table = pejax.hf.tokenizer.byte_to_unicode()
+    self.assertEqual(raw.get_vocab(), {table[b]: b for b in range(256)})
+
+
 class TokenizedDataTest(absltest.TestCase):
 
   def test_tokenized_corpus_uses_the_vocabulary(self):
