@@ -9,7 +9,8 @@ retrieval. Writes into the workdir::
     config.json           the experiment config, written once when the run is created
     status.json           training | preempted | finished
     metrics.jsonl         training / validation / evaluation records, one JSON object per line
-    tensorboard/          the same scalars as TensorBoard events (when tensorboardX is installed)
+    tensorboard/          the same scalars as TensorBoard events (when tensorboardX is installed);
+                          results/, evals/<name>/: each evaluation's perplexity by length
     loss_vs_step.png      window-mean training loss and validation loss against the step
     results.json / .csv   the first evaluation's table (also results.md,
     perplexity_vs_length.png)
@@ -48,6 +49,7 @@ from pejax import json_file
 from pejax import machine
 from pejax import parallel
 from pejax.eval import run_evaluation
+from pejax.eval import tensorboard_curves
 from pejax.eval import unigram_baseline
 from pejax.eval import validation_loss
 from pejax.experiment_config import ConfigError
@@ -312,6 +314,8 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
     with metrics_lib.MetricsWriter(workdir, append=True, tensorboard=False) as writer:
       writer.write(step, "evaluation", {"name": meta["evaluation"], "dir": str(
           out_dir.relative_to(workdir)) if out_dir != workdir else ".", **evaluation.summary})
+    if config.train.get("tensorboard", False):
+      _write_evaluation_events(workdir, out_dir, evaluation.tables, step=step)
   log("")
   log(evaluation.text)
   log(f"\nwrote {out_dir}/results.md, results.json"
@@ -319,6 +323,20 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
       + f" in {time.time() - started:.0f}s")
   return ExperimentResult(out_dir, None, evaluation.tables, evaluation.passkey, evaluation.text,
                           unigram)
+
+
+def _write_evaluation_events(workdir: pathlib.Path, out_dir: pathlib.Path,
+                             tables: Dict[str, list], *, step: int) -> None:
+  """Perplexity (or accuracy) by length as TensorBoard events, in the evaluation's own folder.
+
+  ``tensorboard/results/`` for the first evaluation, ``tensorboard/evals/<name>/`` for a later
+  one: never the training events' folder, whose writer restarts at the resumed step
+  (:mod:`pejax.eval.tensorboard_curves`). Nothing without tensorboardX.
+  """
+  relative = out_dir.relative_to(workdir) if out_dir != workdir else pathlib.Path("results")
+  tensorboard_curves.write_evaluation(
+      workdir / metrics_lib.TENSORBOARD_SUBDIR / relative, tables, step=step,
+      plot=out_dir / "perplexity_vs_length.png")
 
 
 def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, Any]] = None,

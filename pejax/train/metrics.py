@@ -5,10 +5,12 @@ Each line is ``{"step": int, "split": str, "wall_time": float, "metrics": {...}}
 (nested dicts allowed). Non-finite numbers are written as ``null`` so every line is strict JSON.
 Lines are flushed as they are written, so a killed run keeps everything it logged.
 
-TensorBoard: with ``tensorboard=True`` and ``tensorboardX`` installed (``pip install
-tensorboardX``; optional), every numeric metric is also written as a scalar
-``<split>/<name>`` to event files in ``<workdir>/tensorboard/`` by tensorboardX's background
-writer thread, so the training step does not wait for it (``tensorboard --logdir runs``).
+TensorBoard: with ``tensorboard=True`` and ``tensorboardX`` installed (``pip install -e
+".[tensorboard]"``, which also installs the ``tensorboard`` viewer; optional), every numeric
+metric is also written as a scalar ``<split>/<name>`` to event files in
+``<workdir>/tensorboard/`` by tensorboardX's background writer thread, so the training step does
+not wait for it (``tensorboard --logdir runs``). Evaluations (perplexity against length) have
+their own event folders below it (:mod:`pejax.eval.tensorboard_curves`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ def _tensorboard_writer(workdir: str, purge_step: int | None):
     import tensorboardX  # pylint: disable=g-import-not-at-top
   except ImportError:
     return None
+  # The suffix keeps a writer opened in the same second as an earlier one (tensorboardX names
+  # files by the second) from truncating its file; names still sort by time.
   return tensorboardX.SummaryWriter(
-      logdir=os.path.join(workdir, TENSORBOARD_SUBDIR), purge_step=purge_step, flush_secs=10)
+      logdir=os.path.join(workdir, TENSORBOARD_SUBDIR), purge_step=purge_step, flush_secs=10,
+      filename_suffix=f".{time.time_ns()}")
 
 
 def _scalars(metrics: Mapping[str, Any], prefix: str):

@@ -8,8 +8,10 @@ retraining; the factor defaults to ``max(eval_lens) / original context``, the or
 being the checkpoint's ``max_position_embeddings``, or its own scaling's original length).
 ``--config.eval.passkey=True`` adds natural-language passkey retrieval with the tokenizer.
 Results go to ``<workdir>/evals/<name>/`` (``results.md/json/csv``, the plot), never
-overwritten; the default workdir is ``pretrained/<directory name>`` (not ``runs/``, which holds
-training runs).
+overwritten; the default workdir is ``runs/pretrained/<directory name>/``
+(:func:`default_workdir`), inside the runs tree beside the training runs, never the current
+directory. It is no run directory (no ``config.json``): ``python -m pejax.compare runs/*``
+skips it with a note.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from pejax.hf import safetensors_files
 from pejax.train import experiment
 from pejax.train import run_directory
 
+RUNS_DIR = "runs"  # The runs tree (run_directory.default_workdir puts training runs there).
+PRETRAINED_SUBDIR = "pretrained"  # Evaluations of pretrained checkpoints, inside the runs tree.
+
 
 def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
                         name: str = "", log: Callable[[str], None] = print
@@ -43,7 +48,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
     hf_dir: a local Hugging Face checkpoint directory with ``tokenizer.json``.
     config: the experiment config; read: ``data.name`` (a text file or directory, or
       ``stdlib``), ``eval.*`` (``lens`` is required; ``rope_scaling`` may list several
-      comma-separated scalings), ``workdir``.
+      comma-separated scalings), ``workdir`` (empty: :func:`default_workdir`).
     name: the evaluation's folder under ``<workdir>/evals/`` (default: a UTC timestamp).
     log: receives each printed line.
 
@@ -70,8 +75,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   corpus = data_lib.tokenize_corpus(data_lib.load_corpus(data_name), tokenizer)
   original = original_context(hf_dir, model) or max(lengths)
   label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
-  # Not under runs/: this is no training run (pejax.compare reads runs/*).
-  workdir = pathlib.Path(config.workdir or os.path.join("pretrained", label))
+  workdir = pathlib.Path(config.workdir) if config.workdir else default_workdir(hf_dir)
   out_dir = run_directory.new_eval_dir(workdir, name)
   stride = (lambda n: int(config.eval.sliding_stride)) if config.eval.sliding_stride else None
 
@@ -122,6 +126,19 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   log(f"\nwrote {out_dir}/results.md, results.json, results.csv, perplexity_vs_length.png in "
       f"{time.time() - started:.0f}s")
   return experiment.ExperimentResult(out_dir, None, tables, passkey, text, None)
+
+
+def default_workdir(hf_dir: os.PathLike | str) -> pathlib.Path:
+  """``runs/pretrained/<checkpoint directory name>``: in the runs tree, not the current directory.
+
+  Args:
+    hf_dir: the checkpoint directory.
+
+  Returns:
+    The path, relative to the current directory like the training runs' ``runs/<name>``.
+  """
+  return pathlib.Path(RUNS_DIR, PRETRAINED_SUBDIR,
+                      os.path.basename(os.path.normpath(os.fspath(hf_dir))))
 
 
 def load_checkpoint(hf_dir: os.PathLike | str, *, blockwise_threshold: Optional[int] = None

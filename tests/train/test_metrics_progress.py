@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -103,6 +104,21 @@ class MetricsWriterTest(parameterized.TestCase):
         writer.write(1, "train", {"loss": 2.5})
     self.assertFalse(os.path.exists(os.path.join(other, metrics_lib.TENSORBOARD_SUBDIR)))
     self.assertLen(metrics_lib.read_metrics(other), 1)
+
+  def test_tensorboard_writers_in_the_same_second_keep_both_files(self):
+    if importlib.util.find_spec("tensorboardX") is None:
+      self.skipTest("tensorboardX not installed (optional)")
+    # tensorboardX names event files by the second; a second writer then truncated the first.
+    with mock.patch("time.time", return_value=1.7e9):
+      for loss in (1.0, 2.0):
+        with metrics_lib.MetricsWriter(self.workdir, append=True, tensorboard=True) as writer:
+          writer.write(1, "train", {"loss": loss})
+    logdir = os.path.join(self.workdir, metrics_lib.TENSORBOARD_SUBDIR)
+    files = sorted(os.listdir(logdir))
+    self.assertLen(files, 2)
+    self.assertTrue(all(f.startswith("events.out.tfevents.1700000000.") for f in files))
+    self.assertTrue(all(b"train/loss" in open(os.path.join(logdir, f), "rb").read()
+                        for f in files))
 
 
 class _FakeClock:
