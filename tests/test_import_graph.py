@@ -64,8 +64,9 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("pejax.experiment_config", "pejax.decoder_from_config")),
     # Train step, optimizer, checkpoints, metrics; perplexity-vs-length and friends.
     ("train/eval", ("pejax.train", "pejax.eval")),
-    # The front door (the lazy pejax/__init__ re-exports every floor) and run comparison.
-    ("top", ("pejax", "pejax.compare")),
+    # The front door (the lazy pejax/__init__ re-exports every floor), run comparison and the
+    # command line (launch.py's logic, pejax-launch / python -m pejax; studies are injected).
+    ("top", ("pejax", "pejax.compare", "pejax.cli", "pejax.__main__", "pejax.hf.export")),
     # Study configs and the study library.
     ("experiments", ("experiments",)),
     # Entry points: the launcher and the benchmarks.

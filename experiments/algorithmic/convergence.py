@@ -8,20 +8,23 @@ reports the steps it took (steps-to-fit) or how far it got (the best in-distribu
 and its step). The model at the stop is the one evaluated.
 
 Recipe (the knobs tuned so that every PE fits): AdamW with linear warm-up, then a cosine decay
-over the cap to ``optim.min_lr_ratio`` of the peak (the default), or a constant rate; an optional curriculum over lengths (the largest training size grows linearly from the
+over the cap to ``optim.min_lr_ratio`` of the peak (the default), or a constant rate; an
+optional curriculum over lengths (the largest training size grows linearly from the
 smallest to the largest over the first ``curriculum_steps`` steps, as in the curricula Ruoss et
 al. 2023 and Kazemnejad et al. 2023 discuss); model size and batch from the experiment config.
 
 Resumability: each trained model is a directory ``<runs_dir>/<task>-<variant>-s<seed>-<hash>``
 (the hash covers every setting that defines the model: experiment config, recipe, training
 sizes, randomized positions), holding ``fit.json`` (the outcome) and ``params.npz`` (the
-weights). A finished directory is reused as is, with or without its weights: the studies keep
-``fit.json`` and their ``eval.json`` in git and ignore the weights, so a full run committed in
-parts resumes on a fresh clone. While a model trains, every check also writes
-``progress.npz`` (weights and optimizer moments) and ``progress.json`` (step, curve, data
-generator state, seconds so far), so a run killed half-way (a session's end, ``kill -9``) resumes
-at its last check and finishes with the weights and curve an uninterrupted run gets; each check
-prints one progress line.
+weights); :mod:`experiments.algorithmic.fit_records` reads and writes them, for this trainer
+and for :mod:`experiments.algorithmic.batched_fit`, which trains the seeds of a variant as one
+program and writes the same records. A finished directory is reused as is, with or without
+its weights: the studies keep ``fit.json`` and their ``eval.json`` in git and ignore the
+weights, so a full run committed in parts resumes on a fresh clone. While a model trains,
+every check also writes ``progress.npz`` (weights and optimizer moments) and
+``progress.json`` (step, curve, data generator state, seconds so far), so a run killed half-way
+(a session's end, ``kill -9``) resumes at its last check and finishes with the weights and
+curve an uninterrupted run gets; each check prints one progress line.
 
 References:
   Ruoss et al., "Randomized Positional Encodings Boost Length Generalization of Transformers",
@@ -32,8 +35,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import os
 import pathlib
@@ -43,14 +44,21 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
+from experiments.algorithmic import fit_records
 from pejax import machine
 
 FIT_THRESHOLD = 0.99  # Held-out in-distribution exact match that counts as "fit".
-RESULT_FILE = "fit.json"
-PARAMS_FILE = "params.npz"
-PROGRESS_FILE = "progress.npz"  # Weights + optimizer state at the last check of an unfinished run.
-PROGRESS_META = "progress.json"  # Its step, curve, best, generator state and elapsed seconds.
-EVAL_FILE = "eval.json"  # Test accuracies of a finished model (written by the studies).
+# The records of a trained model (experiments/algorithmic/fit_records.py), under their old names.
+RESULT_FILE = fit_records.RESULT_FILE
+PARAMS_FILE = fit_records.PARAMS_FILE
+PROGRESS_FILE = fit_records.PROGRESS_FILE
+PROGRESS_META = fit_records.PROGRESS_META
+EVAL_FILE = fit_records.EVAL_FILE
+FitResult = fit_records.FitResult
+Recorded = fit_records.Recorded
+recorded = fit_records.recorded
+run_dir_for = fit_records.run_dir_for
+load_params = fit_records.load_params
 VERSION = 1  # Bump when the training procedure changes what a cached result means.
 # Recipe fields added after records were committed, with their defaults: they enter a run's key
 # only when set otherwise, so the directories of earlier records keep their names.
@@ -94,47 +102,6 @@ class Recipe:
       raise ValueError(f"curriculum_steps must be >= 0, got {self.curriculum_steps}")
     if self.decay not in ("constant", "cosine"):
       raise ValueError(f"decay must be 'constant' or 'cosine', got {self.decay!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class FitResult:
-  """The outcome of :func:`train_to_fit`.
-
-  Attributes:
-    run_dir: the model's directory.
-    steps: steps trained (the stop).
-    steps_to_fit: the first checked step whose held-out accuracy reached the threshold, or
-      ``None`` when the cap came first.
-    in_dist: held-out in-distribution exact match at the stop.
-    best_in_dist: the best checked value, and ``best_step`` its step.
-    best_step: see ``best_in_dist``.
-    curve: ``[(step, in-distribution accuracy, mean train loss since the previous check)]``.
-    train_seconds: training wall time (checks included, compilation included).
-    reused: whether the result was read from disk.
-    machine: where it was trained (:func:`pejax.machine.describe_machine`); empty in records written
-      before 2026-12-02 07:00 UTC.
-  """
-
-  run_dir: pathlib.Path
-  steps: int
-  steps_to_fit: Optional[int]
-  in_dist: float
-  best_in_dist: float
-  best_step: int
-  curve: tuple
-  train_seconds: float
-  reused: bool = False
-  machine: str = ""
-
-  @property
-  def fit(self) -> bool:
-    return self.steps_to_fit is not None
-
-  def to_json(self) -> Dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out["run_dir"] = str(self.run_dir)
-    out["curve"] = [list(c) for c in self.curve]
-    return out
 
 
 def sampled_positions(rng: np.random.Generator, lengths: Sequence[int], *, row_len: int,
@@ -254,86 +221,6 @@ def full_key(key: Mapping[str, Any], *, pe: Any = None,
           "init_from": str(init_from) if init_from else None}
 
 
-def run_dir_for(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str
-                ) -> pathlib.Path:
-  digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
-  return pathlib.Path(runs_dir) / f"{label}-{digest}"
-
-
-def _save_tree(tree: Any, path: pathlib.Path) -> None:
-  """Writes the leaves of ``tree`` to ``path`` (``.npz``, atomically)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  tmp = path.with_name(path.name + ".tmp.npz")
-  np.savez(tmp, *[np.asarray(x) for x in jax.tree.leaves(tree)])
-  os.replace(tmp, path)
-
-
-def _read_tree(tree: Any, path: os.PathLike | str,
-               same: Callable[[np.ndarray, Any], bool]) -> Optional[Any]:
-  """``tree`` with the leaves stored at ``path``; ``None`` when they do not match (``same``)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  leaves, treedef = jax.tree.flatten(tree)
-  with np.load(path) as stored:
-    saved = [stored[f"arr_{i}"] for i in range(len(stored.files))]
-  if len(saved) != len(leaves) or not all(same(a, b) for a, b in zip(saved, leaves)):
-    return None
-  return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in saved])
-
-
-def _save_params(model, path: pathlib.Path) -> None:
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  _save_tree(nnx.state(model, nnx.Param), path)
-
-
-def load_params(model, path: os.PathLike | str) -> None:
-  """Writes the weights saved by :func:`train_to_fit` into ``model`` (same config)."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  params = _read_tree(nnx.state(model, nnx.Param), path, lambda a, b: a.shape == b.shape)
-  if params is None:
-    raise ValueError(f"{path} does not hold the weights of this model (shapes differ)")
-  nnx.update(model, params)
-
-
-def _training_state(model, optimizer) -> tuple:
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  return nnx.state(model, nnx.Param), nnx.state(optimizer)
-
-
-def _save_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer,
-                   meta: Dict[str, Any]) -> None:
-  """Writes the state at a check (arrays first, then the JSON that names them, both atomic)."""
-  run_dir.mkdir(parents=True, exist_ok=True)
-  _save_tree(_training_state(model, optimizer), run_dir / PROGRESS_FILE)
-  tmp = run_dir / (PROGRESS_META + ".tmp")
-  tmp.write_text(json.dumps({"key": key, **meta}, default=str))
-  os.replace(tmp, run_dir / PROGRESS_META)
-
-
-def _load_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer
-                   ) -> Optional[Dict[str, Any]]:
-  """Restores ``model`` and ``optimizer`` from an unfinished run; its metadata, else ``None``."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  meta_path, arrays_path = run_dir / PROGRESS_META, run_dir / PROGRESS_FILE
-  if not meta_path.exists() or not arrays_path.exists():
-    return None
-  try:
-    meta = json.loads(meta_path.read_text())
-  except json.JSONDecodeError:
-    return None
-  if meta.get("key") != json.loads(json.dumps(dict(key), default=str)):
-    return None
-  restored = _read_tree(_training_state(model, optimizer), arrays_path,
-                        lambda a, b: a.shape == b.shape and a.dtype == b.dtype)
-  if restored is None:
-    raise ValueError(f"{arrays_path} does not hold the training state of this model (shapes "
-                     "or dtypes differ); delete it to train from scratch")
-  params, opt_state = restored
-  nnx.update(model, params)
-  nnx.update(optimizer, opt_state)
-  return meta
-
-
 def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):
   """A fresh decoder of ``config`` (parameters from ``config.seed``)."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -361,24 +248,6 @@ def load_model(result: FitResult, config: ml_collections.ConfigDict, *, pe: Any 
   return model
 
 
-def _read_result(run_dir: pathlib.Path, key: Mapping[str, Any]) -> Optional[FitResult]:
-  path = run_dir / RESULT_FILE
-  if not path.exists():  # (The weights may be absent: git keeps records, not weights.)
-    return None
-  try:
-    stored = json.loads(path.read_text())
-  except json.JSONDecodeError:
-    return None
-  if stored.get("key") != json.loads(json.dumps(dict(key), default=str)):
-    return None
-  r = stored["result"]
-  return FitResult(run_dir=run_dir, steps=int(r["steps"]), steps_to_fit=r["steps_to_fit"],
-                   in_dist=float(r["in_dist"]), best_in_dist=float(r["best_in_dist"]),
-                   best_step=int(r["best_step"]), curve=tuple(tuple(c) for c in r["curve"]),
-                   train_seconds=float(r["train_seconds"]), reused=True,
-                   machine=str(r.get("machine", "")))
-
-
 def fit_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
             train_sizes: tuple, randomized: Optional[int] = None) -> Dict[str, Any]:
   """The key of the model :func:`train_to_fit` trains with these arguments (its directory
@@ -386,52 +255,6 @@ def fit_key(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
   lo, hi = int(train_sizes[0]), int(train_sizes[1])
   return full_key(run_key(config, recipe, task=task, train_sizes=(lo, hi),
                           row_len=row_len_for(task, hi), randomized=randomized))
-
-
-@dataclasses.dataclass(frozen=True)
-class Recorded:
-  """What a runs directory holds of one model, read without training it.
-
-  Attributes:
-    result: the finished run's :class:`FitResult` (``fit.json``), else ``None``.
-    step: the last checked step of an unfinished run that can resume (``progress.json`` and
-      ``progress.npz``), else ``None``.
-    seconds: training seconds so far (the finished run's, or the unfinished one's).
-
-  Whether the finished run's test accuracies are recorded too depends on the study's test
-  settings (``scoring.recorded_evals``).
-  """
-
-  result: Optional[FitResult] = None
-  step: Optional[int] = None
-  seconds: float = 0.0
-
-
-def recorded(runs_dir: os.PathLike | str, key: Mapping[str, Any], *, label: str) -> Recorded:
-  """Looks up the model of ``key`` (:func:`fit_key`) under ``runs_dir`` without training it.
-
-  Args:
-    runs_dir: where the model directories are.
-    key: the model's key.
-    label: the readable prefix of its directory name (as given to :func:`train_to_fit`).
-
-  Returns:
-    Its :class:`Recorded`: empty when neither a record nor an unfinished run of this very key
-    is there.
-  """
-  run_dir = run_dir_for(runs_dir, key, label=label)
-  result = _read_result(run_dir, key)
-  if result is not None:
-    return Recorded(result=result, seconds=result.train_seconds)
-  if not (run_dir / PROGRESS_FILE).exists():  # No state to resume from: it starts afresh.
-    return Recorded()
-  try:
-    meta = json.loads((run_dir / PROGRESS_META).read_text())
-  except (OSError, json.JSONDecodeError):
-    return Recorded()
-  if meta.get("key") != json.loads(json.dumps(dict(key), default=str)):
-    return Recorded()
-  return Recorded(step=int(meta["step"]), seconds=float(meta.get("seconds", 0.0)))
 
 
 def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
@@ -453,13 +276,35 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
   Returns:
     The :class:`FitResult` (read from disk when this model was trained before).
   """
+  key = fit_key(config, recipe, task=task, train_sizes=train_sizes, randomized=randomized)
+  make_batch, check = fit_task(config, recipe, task=task, train_sizes=train_sizes,
+                               randomized=randomized)
+  return train_until(config, recipe, key=key, runs_dir=runs_dir, label=label,
+                     make_batch=make_batch, check=check, log=log)
+
+
+def fit_task(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str,
+             train_sizes: tuple, randomized: Optional[int] = None) -> tuple:
+  """The training batches and the held-out check of :func:`train_to_fit` for one model.
+
+  Args:
+    config: experiment config (``seed``: the held-out set is drawn from
+      ``default_rng([seed, 2])``; ``data.batch_size``).
+    recipe: the :class:`Recipe` (sizes per batch, curriculum, held-out examples).
+    task: the synthetic task.
+    train_sizes: ``(smallest, largest)`` training size.
+    randomized: range of randomized training positions, or ``None``.
+
+  Returns:
+    ``(make_batch, check)``: ``make_batch(rng, step) -> batch`` (the training batch of
+    ``step`` drawn from ``rng``) and ``check(model) -> held-out exact match``.
+  """
   lo, hi = int(train_sizes[0]), int(train_sizes[1])
   row_len = row_len_for(task, hi)
-  key = fit_key(config, recipe, task=task, train_sizes=(lo, hi), randomized=randomized)
   seed = int(config.seed)
-  check = task_batch(task, np.random.default_rng([seed, 2]), batch_size=recipe.check_examples,
-                     row_len=row_len, min_size=lo, max_size=hi, train_len=row_len,
-                     max_position=randomized)
+  held_out = task_batch(task, np.random.default_rng([seed, 2]),
+                        batch_size=recipe.check_examples, row_len=row_len, min_size=lo,
+                        max_size=hi, train_len=row_len, max_position=randomized)
   batch_size = int(config.data.batch_size)
   # Row of a one-size batch, per size (computed once, not on every step).
   size_rows = ({s: batch_row_len(task, s, row_len) for s in range(lo, hi + 1)}
@@ -481,9 +326,16 @@ def train_to_fit(config: ml_collections.ConfigDict, recipe: Recipe, *, task: str
     del batch["sizes"]
     return batch
 
-  return train_until(config, recipe, key=key, runs_dir=runs_dir, label=label,
-                     make_batch=make_batch,
-                     check=lambda model: float(np.mean(exact_match(model, check))), log=log)
+  return make_batch, lambda model: float(np.mean(exact_match(model, held_out)))
+
+
+def recipe_optim(config: ml_collections.ConfigDict, recipe: Recipe) -> ml_collections.ConfigDict:
+  """``config.optim`` as ``recipe`` trains with it (a constant rate: ``min_lr_ratio`` 1)."""
+  optim = config.optim.copy_and_resolve_references()
+  with optim.unlocked():
+    if recipe.decay == "constant":
+      optim.min_lr_ratio = 1.0
+  return optim
 
 
 def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mapping[str, Any],
@@ -517,18 +369,15 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
 
   key = full_key(key, pe=pe, init_from=init_from)
   run_dir = run_dir_for(runs_dir, key, label=label)
-  done = _read_result(run_dir, key)
+  done = fit_records.read_result(run_dir, key)
   if done is not None:
     return done
   started = time.time()
   model = build_model(config, pe=pe)
   if init_from:
     load_params(model, init_from)
-  optim = config.optim.copy_and_resolve_references()
-  with optim.unlocked():
-    if recipe.decay == "constant":
-      optim.min_lr_ratio = 1.0
-  optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
+  optimizer = optimizer_lib.create_optimizer(model, recipe_optim(config, recipe),
+                                             total_steps=recipe.max_steps)
   rng = np.random.default_rng([int(config.seed), 1])
   curve: List[tuple] = []
   losses: List[Any] = []
@@ -536,7 +385,7 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
   best, best_step, acc = -1.0, 0, 0.0
   step = 0
   earlier_seconds = 0.0  # Training time of the interrupted sessions this run resumes.
-  resumed = _load_progress(run_dir, key, model, optimizer)
+  resumed = fit_records.load_progress(run_dir, key, model, optimizer)
   if resumed is not None:
     step, best, best_step, acc = (int(resumed["step"]), float(resumed["best"]),
                                   int(resumed["best_step"]), float(resumed["acc"]))
@@ -568,21 +417,14 @@ def train_until(config: ml_collections.ConfigDict, recipe: Recipe, *, key: Mappi
         steps_to_fit = step
         break
       if step < recipe.max_steps:
-        _save_progress(run_dir, key, model, optimizer, {
+        fit_records.save_progress(run_dir, key, model, optimizer, {
             "step": step, "best": best, "best_step": best_step, "acc": acc, "curve": curve,
             "rng_state": rng.bit_generator.state, "seconds": seconds})
   result = FitResult(run_dir=run_dir, steps=step, steps_to_fit=steps_to_fit, in_dist=acc,
                      best_in_dist=max(best, 0.0), best_step=best_step, curve=tuple(curve),
                      train_seconds=earlier_seconds + time.time() - started,
                      machine=machine.describe_machine())
-  run_dir.mkdir(parents=True, exist_ok=True)
-  _save_params(model, run_dir / PARAMS_FILE)
-  payload = {"key": key, "result": result.to_json()}
-  tmp = run_dir / (RESULT_FILE + ".tmp")
-  tmp.write_text(json.dumps(payload, indent=1, default=str))
-  os.replace(tmp, run_dir / RESULT_FILE)
-  for name in (PROGRESS_META, PROGRESS_FILE):  # The finished result supersedes them.
-    (run_dir / name).unlink(missing_ok=True)
+  fit_records.write_result(result, key, model)
   return result
 
 

@@ -80,6 +80,12 @@ class Settings:
     metric: what the tests score per size (a :data:`METRICS` key): ``"exact_match"`` (the
       whole answer right) or ``"token_accuracy"`` (the fraction of answer bytes right, the
       metric of Ruoss et al. 2023). Fitting is judged by exact match either way.
+    batched: train the seeds of a (task, variant) that still need training as one program
+      (:mod:`experiments.algorithmic.batched_fit`; the same models to float32 tolerance, the
+      same records) when ``True``, one model after another when ``False``; ``None``: as one
+      program on an accelerator (GPU, TPU), one after another on CPU, where a step of the
+      studies' model is compute-bound (its time grows linearly with the batch from 8 rows up)
+      and N models as one program cost N steps or more (``benchmarks/studies_throughput.py``).
   """
 
   tasks: tuple
@@ -90,6 +96,7 @@ class Settings:
   max_position: int = 0
   rescue_steps: int = 0
   metric: str = "exact_match"
+  batched: Optional[bool] = None
 
   def __post_init__(self):
     if self.metric not in METRICS:
@@ -97,6 +104,14 @@ class Settings:
     if self.rescue_steps and self.rescue_steps <= self.recipe.max_steps:
       raise ValueError(f"rescue_steps must be 0 or above the cap {self.recipe.max_steps}, got "
                        f"{self.rescue_steps}")
+
+  @property
+  def trains_together(self) -> bool:
+    """Whether the seeds of a (task, variant) train as one program (``batched``, resolved)."""
+    if self.batched is not None:
+      return bool(self.batched)
+    import jax  # pylint: disable=g-import-not-at-top
+    return jax.default_backend() != "cpu"
 
   @property
   def metric_label(self) -> str:

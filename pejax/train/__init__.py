@@ -1,4 +1,5 @@
-"""Training infrastructure: optimizer, train/eval steps, Orbax checkpoints, metrics, the loop."""
+"""Training infrastructure: optimizer, train/eval steps, Orbax checkpoints, metrics, the loop,
+many small models as one program (``ModelStack``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pejax.train.experiment import train_and_evaluate
 from pejax.train.loop import NonFiniteLossError
 from pejax.train.loop import TrainResult
 from pejax.train.loop import train
+from pejax.train.many import ModelStack
+from pejax.train.stacked_batch import stack_batches
 from pejax.train.metrics import METRICS_FILENAME
 from pejax.train.metrics import MetricsWriter
 from pejax.train.metrics import read_metrics
@@ -54,6 +57,7 @@ __all__ = [
     "Checkpointer",
     "METRICS_FILENAME",
     "MetricsWriter",
+    "ModelStack",
     "NonFiniteLossError",
     "ProgressMeter",
     "RestoredCheckpoint",
@@ -73,6 +77,7 @@ __all__ = [
     "model_inputs",
     "read_metrics",
     "schedule_from_config",
+    "stack_batches",
     "train",
     "warmup_cosine_schedule",
     "weight_decay_mask",
