@@ -24,6 +24,7 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
+from pejax import one_line_parser
 from pejax.nn.generation import generate
 from pejax.train import run_loading
 
@@ -103,13 +104,6 @@ def sample(run: run_loading.LoadedRun, prompt: str, *, max_new_tokens: int = 64,
   return prompt + continuation
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-  """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``), exit 2."""
-
-  def error(self, message: str):
-    self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
-
-
 def main(argv: Sequence[str]) -> int:
   """``python -m pejax.sample RUN --prompt ...``: prints the text; 2 on a usage error.
 
@@ -119,7 +113,7 @@ def main(argv: Sequence[str]) -> int:
   Returns:
     The exit status (0).
   """
-  parser = _OneLineErrors(prog="python -m pejax.sample",
+  parser = one_line_parser.OneLineErrorParser(prog="python -m pejax.sample",
                           description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
                           formatter_class=argparse.RawDescriptionHelpFormatter,
                           epilog="\n\n".join(__doc__.split("\n\n")[1:]))

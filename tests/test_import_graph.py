@@ -49,7 +49,8 @@ WATCH_LINES = 400
 # fails.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Standard-library-only helpers: lazy package exports, the process environment, the machine.
-    ("foundation", ("pejax.json_file", "pejax.lazy_exports", "pejax.runtime_env", "pejax.machine")),
+    ("foundation", ("pejax.json_file", "pejax.lazy_exports", "pejax.runtime_env", "pejax.machine",
+                    "pejax.one_line_parser")),
     # Pure functions: tables, rotations, biases, frequency scalings.
     ("encodings", ("pejax.encodings",)),
     # Mesh, logical axes, sharding, jax.distributed start.

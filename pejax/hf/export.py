@@ -39,6 +39,7 @@ import shutil
 import sys
 from typing import Any, Optional, Sequence
 
+from pejax import one_line_parser
 from pejax.hf import checkpoint_saving
 from pejax.hf import safetensors_files as files_lib
 from pejax.hf.tokenizer import ByteTokenizer
@@ -170,13 +171,6 @@ def export_run(workdir: Any, out: Any, *, step: Optional[int] = None,
                       files=written_files, notes=tuple(notes), summary=summary)
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-  """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``), exit 2."""
-
-  def error(self, message: str):
-    self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
-
-
 def main(argv: Sequence[str]) -> int:
   """``python -m pejax.hf.export RUN OUT [...]``: exports, prints the summary; 2 on a usage error.
 
@@ -186,7 +180,7 @@ def main(argv: Sequence[str]) -> int:
   Returns:
     The exit status (0).
   """
-  parser = _OneLineErrors(prog="python -m pejax.hf.export",
+  parser = one_line_parser.OneLineErrorParser(prog="python -m pejax.hf.export",
                           description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
                           formatter_class=argparse.RawDescriptionHelpFormatter,
                           epilog="\n\n".join(__doc__.split("\n\n")[1:]))
