@@ -27,6 +27,7 @@ import pytest
 from pejax import compare
 from pejax import decoder_from_config
 from pejax import experiment_config
+from pejax.cli import pe_modules
 from pejax.train import experiment
 from pejax.train import run_directory
 
@@ -248,6 +249,10 @@ class PEModuleTest(absltest.TestCase):
   @classmethod
   def tearDownClass(cls):
     shutil.rmtree(cls.root, ignore_errors=True)
+    # Leave the registry as found: later tests in this process must not see the file's PE.
+    from pejax.nn.positional import interface  # pylint: disable=g-import-not-at-top
+    interface._REGISTRY.pop("cli_file_decay", None)  # pylint: disable=protected-access
+    sys.modules.pop(pe_modules.module_name_for_file(str(cls.pe_file)), None)
     super().tearDownClass()
 
   def _resolve(self, *args):

@@ -95,7 +95,9 @@ def config_differences(
   Returns:
     One line per differing field, sorted, e.g.
     ``"model.d_model: checkpoint has 128, current config has 64"``; a field missing on one side
-    reads ``<missing>``.
+    reads ``<missing>``. A field missing on one side and ``None`` on the other is no difference:
+    ``None`` means "unset" (e.g. ``pe.decay_rate`` of a PE registered by ``--pe_module`` after the
+    checkpoint was written, which every other PE leaves ``None``).
   """
   current = json.loads(json.dumps(current))
   missing = object()
@@ -110,6 +112,8 @@ def config_differences(
     for path in sorted(set(saved_fields) | set(current_fields)):
       old = saved_fields.get(path, missing)
       new = current_fields.get(path, missing)
+      if {id(old), id(new)} <= {id(missing), id(None)}:
+        continue  # Unset on both sides.
       if old != new:
         lines.append(
             f"{'.'.join(path)}: checkpoint has {show(old)}, current config has {show(new)}")

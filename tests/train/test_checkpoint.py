@@ -363,6 +363,18 @@ class ConfigDifferencesTest(parameterized.TestCase):
         "model.extra: checkpoint has <missing>, current config has 1",
     ])
 
+  def test_a_field_unset_on_one_side_and_missing_on_the_other_is_no_difference(self):
+    # A PE registered after the checkpoint was written adds its fields, unset (None), to every
+    # config; resuming must not refuse. A value set on one side still counts.
+    saved = {"pe": {"name": "alibi"}}
+    self.assertEqual(checkpoint_lib.config_differences(
+        saved, {"pe": {"name": "alibi", "decay_rate": None}}), [])
+    self.assertEqual(checkpoint_lib.config_differences(
+        {"pe": {"name": "alibi", "decay_rate": None}}, saved), [])
+    self.assertEqual(checkpoint_lib.config_differences(
+        saved, {"pe": {"name": "alibi", "decay_rate": 0.5}}),
+        ["pe.decay_rate: checkpoint has <missing>, current config has 0.5"])
+
   def test_sections_are_selectable(self):
     saved = {"train": {"steps": 10}}
     current = {"train": {"steps": 20}}
