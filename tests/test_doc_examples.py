@@ -52,6 +52,10 @@ import pytest
 from experiments import studies
 import launch
 from pejax import compare
+from pejax import sample
+from pejax.hf import export
+from pejax.nn import pe_names
+from pejax.nn.positional import interface
 from pejax.parallel import local_cluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -78,12 +82,18 @@ def _command_lines(text: str) -> list[str]:
   found = []
   for line in commands:
     match = re.search(r"python (launch\.py|-m (?:pejax\.compare|pejax\.parallel\.local_cluster|"
-                      r"pejax\.hf\.kv_cache_memory_table|experiments\.\w+))(.*)", line)
+                      r"pejax\.hf\.kv_cache_memory_table|pejax\.sample|pejax\.hf\.export|"
+                      r"experiments\.\w+))(.*)", line)
     if not match:
       continue
     command = (match.group(0).split(" #")[0]).strip().rstrip('"').rstrip("&").strip()
     if "<" in command or "[" in command or "..." in command:
       continue  # A usage synopsis, not a command.
+    words = command.split()
+    if any(re.fullmatch(r"[A-Z][A-Z_]+", w) for w in words):
+      continue  # A synopsis with placeholders (RUN, OUT, RUN_DIR).
+    if re.search(r"-m pejax\.(sample|hf\.export)$", command):
+      continue  # The command's name in prose, not a command.
     if command not in found:
       found.append(command)
   return found
@@ -154,21 +164,55 @@ def _workdir(command: str):
               None)
 
 
+def _init_from_hf(command: str):
+  return next((w.split("=", 1)[1] for w in shlex.split(command)
+               if w.startswith("--init_from_hf=")), None)
+
+
+def _reads_a_written_run(command: str) -> bool:
+  """Whether ``command`` reads what an earlier documented command writes (not a committed file)."""
+  source = _init_from_hf(command)
+  if source is not None:
+    return not source.startswith("tests/")
+  return ("--eval_only" in command or "pejax.compare" in command
+          or re.search(r"-m pejax\.(sample|hf\.export) ", command) is not None)
+
+
 def _prerequisites(commands: list[str], index: int) -> list[str]:
   """The earlier commands that ``commands[index]`` reads the output of, in order.
 
   An ``--eval_only`` example evaluates the run that the latest earlier training command with
   the same ``--workdir`` wrote; ``pejax.compare <globs>`` reads every earlier run whose workdir
-  matches a glob.
+  matches a glob; ``pejax.sample RUN`` / ``pejax.hf.export RUN OUT`` read the run RUN; and
+  ``--init_from_hf=OUT`` (not a committed fixture) reads what ``pejax.hf.export ... OUT`` wrote.
   """
   command = commands[index]
   earlier = [c for c in commands[:index] if "--eval_only" not in c and _workdir(c)]
-  if "--eval_only" in command and "--init_from_hf" not in command:  # (A checkpoint directory.)
+  source = _init_from_hf(command)
+  if source is not None:
+    if source.startswith("tests/"):
+      return []  # A committed fixture.
+    exports = [i for i, c in enumerate(commands[:index])
+               if "pejax.hf.export" in c and shlex.split(c)[4] == source][-1:]
+    return [c for i in exports for c in (*_prerequisites(commands, i), commands[i])]
+  if "--eval_only" in command:
     return [c for c in earlier if _workdir(c) == _workdir(command)][-1:]
+  if re.search(r"-m pejax\.(sample|hf\.export) ", command):
+    run = shlex.split(command)[3]
+    return [c for c in earlier if _workdir(c) == run][-1:]
   if "pejax.compare" in command:
-    patterns = shlex.split(command)[3:]
+    patterns = [p for p in shlex.split(command)[3:] if not p.startswith("--")]
     return [c for c in earlier if any(fnmatch.fnmatch(_workdir(c), p) for p in patterns)]
   return []
+
+
+def _python_file_from_docs(name: str) -> str | None:
+  """The ```python block of the documentation that starts with the comment ``# <name>``."""
+  for source in markdown_sources():
+    for _, reason, code in python_blocks((ROOT / source).read_text()):
+      if reason is None and code.startswith(f"# {name}"):
+        return code
+  return None
 
 
 def _case_name(index: int, command: str) -> str:
@@ -223,17 +267,45 @@ class DocExamplesTest(parameterized.TestCase):
         module = __import__(f"experiments.{name}", fromlist=["run"])
         stack.enter_context(mock.patch.object(
             module, "run", lambda options, _name=name: recorded.append((_name, options))))
-      for prerequisite in _prerequisites(commands, index):
-        self._run(prerequisite, recorded)
-      self._run(commands[index], recorded)
+      # A PE file a command imports (--pe_module=my_pe.py) registers a PE in this process;
+      # later tests in this worker must not see it.
+      pe_names()  # Every built-in PE registered (discovered once per process) before the copy.
+      registry = dict(interface._REGISTRY)  # pylint: disable=protected-access
+      modules = set(sys.modules)
+      try:
+        for prerequisite in _prerequisites(commands, index):
+          self._run(prerequisite, recorded)
+        self._run(commands[index], recorded)
+      finally:
+        interface._REGISTRY.clear()  # pylint: disable=protected-access
+        interface._REGISTRY.update(registry)  # pylint: disable=protected-access
+        for name in set(sys.modules) - modules:
+          if name.startswith("pejax_pe_module_"):
+            del sys.modules[name]
 
   def test_commands_that_read_a_run_have_the_command_that_writes_it(self):
     commands = [c for _, c in documented_commands()]
+    readers = 0
     for index, command in enumerate(commands):
-      if ("--eval_only" in command and "--init_from_hf" not in command
-          or "pejax.compare" in command):
+      if _reads_a_written_run(command):
+        readers += 1
         with self.subTest(command=command):
           self.assertNotEmpty(_prerequisites(commands, index))
+    # Among them the README's road out of pejax: sample, export, and read the export back.
+    self.assertTrue(any("pejax.sample" in c for c in commands))
+    self.assertTrue(any("pejax.hf.export" in c for c in commands))
+    exported = [i for i, c in enumerate(commands)
+                if _init_from_hf(c) and not _init_from_hf(c).startswith("tests/")]
+    self.assertNotEmpty(exported)
+    self.assertIn("pejax.hf.export", " ".join(_prerequisites(commands, exported[0])))
+    self.assertGreater(readers, 3)
+
+  def test_pe_module_files_of_the_docs_are_in_the_docs(self):
+    for _, command in documented_commands():
+      for word in shlex.split(command):
+        if word.startswith("--pe_module=") and word.endswith(".py"):
+          with self.subTest(command=command):
+            self.assertIsNotNone(_python_file_from_docs(word.split("=", 1)[1]))
 
   def test_python_blocks_run_or_say_why_not(self):
     files_with_blocks = []
@@ -283,11 +355,43 @@ class DocExamplesTest(parameterized.TestCase):
     args = [w.replace("experiments/configs/", f"{ROOT}/experiments/configs/")
             .replace("tests/hf/fixtures/", f"{ROOT}/tests/hf/fixtures/")
             .replace("--data=README.md", f"--data={ROOT}/README.md") for w in words[2:]]
+    for word in args:  # A PE file the documentation shows (# my_pe.py ...), saved as a user would.
+      if word.startswith("--pe_module=") and word.endswith(".py"):
+        path = pathlib.Path(word.split("=", 1)[1])
+        if not path.exists():
+          code = _python_file_from_docs(path.name)
+          self.assertIsNotNone(code, f"{command}: no ```python block starting # {path.name}")
+          path.write_text(code)
+    if "--help" in args:  # With --pe_module: that PE's fields are listed too.
+      registered = set(pe_names())
+      with contextlib.redirect_stdout(io.StringIO()) as out:
+        self.assertEqual(launch.command_line(["launch.py", *args]), 0, command)
+      self.assertIn("--config.model.d_model=128", out.getvalue())
+      for name in set(pe_names()) - registered:
+        self.assertIn(f"({name}: ", out.getvalue())  # Its fields' defaults, per PE.
+      return
     if words[1] == "-m" and words[2] == "pejax.compare":
-      runs = [p for a in args[1:] for p in sorted(glob.glob(a))]
+      flags_given = [a for a in args[1:] if a.startswith("--")]
+      runs = [p for a in args[1:] if not a.startswith("--") for p in sorted(glob.glob(a))]
       self.assertNotEmpty(runs, command)
-      self.assertEqual(compare.main(runs), 0)
-      self.assertNotEmpty(glob.glob("*/compare/*/compare.png"))
+      self.assertEqual(compare.main([*runs, *flags_given]), 0)
+      out_dir = [a.split("=", 1)[1] for a in flags_given if a.startswith("--out_dir=")]
+      self.assertNotEmpty(glob.glob(f"{out_dir[-1]}/compare.png" if out_dir
+                                    else "*/compare/*/compare.png"), command)
+      return
+    if words[1] == "-m" and words[2] == "pejax.sample":
+      # A short continuation: the tiny model's text is noise, the claim is the command runs.
+      with contextlib.redirect_stdout(io.StringIO()) as out:
+        self.assertEqual(sample.main([*args[1:], "--max_new_tokens=8"]), 0, command)
+      prompt = args[args.index("--prompt") + 1] if "--prompt" in args else next(
+          a.split("=", 1)[1] for a in args if a.startswith("--prompt="))
+      self.assertTrue(out.getvalue().startswith(prompt), out.getvalue())
+      return
+    if words[1] == "-m" and words[2] == "pejax.hf.export":
+      with contextlib.redirect_stdout(io.StringIO()):
+        self.assertEqual(export.main(args[1:]), 0, command)
+      for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        self.assertTrue((pathlib.Path(args[2]) / name).is_file(), f"{command}: no {name}")
       return
     if words[1] == "-m" and words[2] == "pejax.parallel.local_cluster":
       # The laptop multi-process command runs for real: N processes of launch.py on 127.0.0.1.

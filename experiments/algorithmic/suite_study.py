@@ -7,6 +7,7 @@ claims, and calls :func:`run_study`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import time
@@ -95,6 +96,8 @@ def run_study(options: study_options.StudyOptions, *, study: str, title: str,
   """
   started = time.time()
   settings = sweep.select_variants(settings, options.pes)
+  if options.batched is not None:  # --config.study.batched=on|off; None keeps the settings'.
+    settings = dataclasses.replace(settings, batched=options.batched)
   runs_dir = options.kept_models_dir(study)
   workdir = options.report_dir(study)
   workdir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from experiments import studies
 from experiments.study import study_options
@@ -31,6 +31,18 @@ def config_file(name: str) -> str:
   path = os.path.join(CONFIGS_DIR, f"{name}.py")
   rel = os.path.relpath(path)
   return rel if not rel.startswith("..") else path
+
+
+_BATCHED = {"": None, "auto": None, "on": True, "true": True, "off": False, "false": False}
+
+
+def parse_batched(value: str, *, flag: str = "--config.study.batched") -> Optional[bool]:
+  """``--config.study.batched``: ``on`` / ``off`` (also ``true`` / ``false``), or empty / ``auto``
+  (``None``: batched on an accelerator only). Anything else is a :class:`CommandLineError`."""
+  key = value.strip().lower()
+  if key not in _BATCHED:
+    raise cli.CommandLineError(f"{flag}={value}: must be on, off or auto")
+  return _BATCHED[key]
 
 
 def parse_shard(text: str) -> tuple:
@@ -73,17 +85,20 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
   pes = tuple(p.strip() for p in str(config.study.get("pes", "") or "").split(",") if p.strip())
   shard = parse_shard(str(config.study.get("shard", "") or ""))
   progress = bool(config.study.get("progress", False))
+  batched = parse_batched(str(config.study.get("batched", "") or ""),
+                         flag=origins.get("study.batched", "--config.study.batched"))
   # --steps (train.steps) is the step count of the LM studies' models and the step cap of the
   # convergence studies (algorithmic suites, passkey), which read it from the options.
   options = study_options.StudyOptions(
       quick=bool(config.study.quick), workdir=str(config.workdir or ""),
       runs_dir=str(config.study.runs_dir or ""), seeds=seeds, pes=pes, shard=shard,
-      progress=progress,
+      progress=progress, batched=batched,
       steps=int(overrides.get("train.steps", 0) or 0),
       overrides={p: v for p, v in overrides.items()
                  if not p.startswith("study.") and p != "pe_modules"})
   module = importlib.import_module(f"experiments.{name}")
-  for flag, value in (("--pes", pes), ("--shard", shard), ("--progress", progress)):
+  for flag, value in (("--pes", pes), ("--shard", shard), ("--progress", progress),
+                      ("--config.study.batched", batched is not None)):
     if value and not getattr(module, "SELECTS_PES", False):
       raise cli.CommandLineError(f"{flag} only applies to the studies that sweep PE variants "
                                  f"(length_generalization, ruoss_suite, kazemnejad_suite, "

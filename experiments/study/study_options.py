@@ -12,7 +12,7 @@ import dataclasses
 import os
 import pathlib
 import sys
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 import ml_collections
 
@@ -42,6 +42,10 @@ class StudyOptions:
     progress: an algorithmic study prints how far its run is (models done, one-core minutes,
       an estimate of what is left) from the records in its models directory and trains
       nothing.
+    batched: whether an algorithmic study trains the seeds of a (task, variant) as one program
+      (:mod:`experiments.algorithmic.batched_fit`: the same models to float32 tolerance);
+      ``None`` (the default) batches on an accelerator only (on 2 CPU cores it was slower:
+      benchmarks/results/studies_throughput.md).
     overrides: config path -> value applied to every base config before the study's own sweep
       settings (e.g. ``{"model.d_model": 256}``).
     command: the command line, for the report header (default: ``sys.argv``).
@@ -57,6 +61,7 @@ class StudyOptions:
   command: str = ""
   shard: tuple = ()
   progress: bool = False
+  batched: Optional[bool] = None
 
   def __post_init__(self):
     if self.shard:
@@ -118,6 +123,8 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   # from the I-th and writes no report; empty means every model and the report.
   config.study.progress = False  # (alias --progress): an algorithmic study prints how far its
   # run is, from the records in its models directory, and trains nothing.
+  config.study.batched = ""  # Algorithmic studies: "on" trains the seeds of a (task, variant)
+  # as one program, "off" one model at a time; empty (or "auto") batches on accelerators only.
   return config
 
 

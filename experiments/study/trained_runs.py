@@ -196,6 +196,6 @@ def load_model(run_dir: os.PathLike | str, config: ml_collections.ConfigDict, *,
   model_config = decoder_from_config.decoder_config_from(config, pe=pe)
   model = Decoder(model_config, rngs=nnx.Rngs(params=0))
   directory = pathlib.Path(run_dir) / checkpoint_lib.CHECKPOINT_SUBDIR
-  with checkpoint_lib.Checkpointer(directory, config=config) as ckpt:
+  with checkpoint_lib.Checkpointer(directory, config=config, read_only=True) as ckpt:
     ckpt.restore(model)
   return model

@@ -17,6 +17,7 @@ from pejax import decoder_from_config
 from pejax import experiment_config
 from pejax.cli import config_file
 from pejax.cli import pe_modules
+from pejax.cli import raw_argv
 from pejax.cli.studies import Studies
 from pejax.nn import pe_names
 
@@ -63,6 +64,13 @@ def define_flags(flag_values: flags.FlagValues, argv: Sequence[str], *,
   fv = dict(flag_values=flag_values)
   pe_modules.import_pe_modules_of(argv)
   config_file.check_config_flag(argv)
+  study = raw_argv.raw_flag_values(argv, "study")
+  if (studies is not None and study and study[-1] in studies.names
+      and not raw_argv.raw_flag_values(argv, "config")):
+    # --study=<name>: its config file is the one --config.study.<field> overrides apply to (the
+    # default file has no study section). Not --config's "present" value: --study with --config
+    # stays an error.
+    default_config = studies.config_file(study[-1])
   with config_file.config_errors(argv, default_config=default_config):  # Loads the file.
     config_flags.DEFINE_config_file(
         "config", default_config, f"Experiment config file (a get_config() module; default "

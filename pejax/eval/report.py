@@ -14,13 +14,18 @@ from pejax.eval.passkey import PasskeyResult
 from pejax.eval.perplexity import LengthResult
 
 
-def format_table(results: Sequence[LengthResult], *, train_len: int, title: str = "") -> str:
-  """A fixed-width table: one row per length, perplexity and bits/byte per protocol.
+def format_table(results: Sequence[LengthResult], *, train_len: int, title: str = "",
+                 token: str = "byte", reference: str = "train") -> str:
+  """A fixed-width table: one row per length, perplexity and bits per token per protocol.
 
   Args:
     results: from :func:`pejax.eval.perplexity_at_lengths`.
-    train_len: training length (the ``x train`` column).
+    train_len: the reference length of the ``x <reference>`` column (the training length).
     title: optional first line.
+    token: what one token is, for the ``bits/<token>`` column: ``"byte"`` for byte-level
+      models, ``"token"`` for a pretrained model's own tokenizer.
+    reference: the name of the reference length: ``"train"``, or ``"context"`` for a pretrained
+      checkpoint's original context.
 
   Returns:
     The table as text (also valid GitHub markdown).
@@ -28,9 +33,9 @@ def format_table(results: Sequence[LengthResult], *, train_len: int, title: str 
   modes = sorted({r.mode for r in results}, key=["nonoverlap", "sliding"].index)
   by_key = {(r.length, r.mode): r for r in results}
   lengths = sorted({r.length for r in results})
-  header = ["eval len", "x train"]
+  header = ["eval len", f"x {reference}"]
   for mode in modes:
-    header += [f"ppl {mode}", f"bits/byte {mode}"]
+    header += [f"ppl {mode}", f"bits/{token} {mode}"]
   rows = []
   for length in lengths:
     row = [str(length), f"{length / train_len:g}"]

@@ -230,6 +230,11 @@ class Checkpointer:
     async_save: Write in a background thread (device-to-host copies happen before :meth:`save`
       returns, so training may continue and donate its buffers).
     compatibility_sections: Config sections that must match on restore.
+    read_only: Only read: for a reader of another process's run (``--eval_only``,
+      :func:`pejax.load_run`, ``init_from``), which may still be training. Nothing in
+      ``directory`` is created, deleted or renamed: Orbax's clean-up of temporary step folders
+      (which would delete the checkpoint the training process is writing) is off, an unreadable
+      newest step is skipped with the warning but left where it is, and :meth:`save` is an error.
 
   Use as a context manager, or call :meth:`close` (which waits for pending writes).
   """
@@ -242,6 +247,7 @@ class Checkpointer:
       max_to_keep: int | None = None,
       async_save: bool = True,
       compatibility_sections: Sequence[str] = COMPATIBILITY_SECTIONS,
+      read_only: bool = False,
   ):
     if max_to_keep is not None and (
         isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1):
@@ -249,11 +255,17 @@ class Checkpointer:
     self.directory = os.path.abspath(os.fspath(directory))
     self.config = config_to_dict(config)
     self.compatibility_sections = tuple(compatibility_sections)
+    self.read_only = bool(read_only)
+    if self.read_only and not os.path.isdir(self.directory):
+      raise FileNotFoundError(f"no checkpoint directory {self.directory}")
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=ocp.checkpoint_managers.LatestN(max_to_keep),  # None keeps all.
-        enable_async_checkpointing=async_save,
-        cleanup_tmp_directories=True,
-        create=True,
+        # A reader deletes nothing: no preservation policy, no clean-up of temporary folders.
+        preservation_policy=ocp.checkpoint_managers.LatestN(
+            None if self.read_only else max_to_keep),  # None keeps all.
+        enable_async_checkpointing=async_save and not self.read_only,
+        cleanup_tmp_directories=not self.read_only,
+        create=not self.read_only,
+        read_only=self.read_only,
     )
     self._manager = ocp.CheckpointManager(
         self.directory,
@@ -303,8 +315,10 @@ class Checkpointer:
 
     Raises:
       ValueError: if ``data_state`` is not JSON-serializable (checked before anything is
-        written).
+        written), or the checkpointer is ``read_only``.
     """
+    if self.read_only:
+      raise ValueError(f"Checkpointer(read_only=True) of {self.directory} cannot save step {step}")
     try:  # Fail here, not in the background thread halfway through the save.
       data_state = json.loads(json.dumps(dict(data_state or {}), allow_nan=False))
     except (TypeError, ValueError) as e:
@@ -401,7 +415,8 @@ class Checkpointer:
           message = (f"checkpoint step {bad} in {self.directory} is unreadable ({reason}); "
                      f"resuming from the previous committed checkpoint step {candidate}")
           logging.warning(message)
-          self._set_aside(bad)
+          if not self.read_only:  # A reader leaves the writer's files alone.
+            self._set_aside(bad)
         restored = dataclasses.replace(restored, skipped=tuple(b for b, _ in failures))
       return restored
     raise RuntimeError(f"no readable checkpoint in {self.directory}: " + "; ".join(

@@ -249,8 +249,8 @@ def _train_and_evaluate_on(config, *, model_config, mesh, train_iter, corpus, is
     # optimizer may differ), a fresh optimizer, step 0.
     source = pathlib.Path(init_from) / checkpoint_lib.CHECKPOINT_SUBDIR
     try:
-      with checkpoint_lib.Checkpointer(source, config=config,
-                                       compatibility_sections=("model",)) as ckpt:
+      with checkpoint_lib.Checkpointer(source, config=config, compatibility_sections=("model",),
+                                       read_only=True) as ckpt:
         restored = ckpt.restore(model)
     except FileNotFoundError as e:
       raise ConfigError(f"init_from={init_from!r}: {e}") from None
@@ -382,7 +382,7 @@ def evaluate_run(workdir: os.PathLike | str, *, overrides: Optional[Dict[str, An
   model = Decoder(model_config, rngs=nnx.Rngs(params=0))
   try:
     with checkpoint_lib.Checkpointer(workdir / checkpoint_lib.CHECKPOINT_SUBDIR,
-                                     config=config) as ckpt:
+                                     config=config, read_only=True) as ckpt:
       restored = ckpt.restore(model)
   except FileNotFoundError as e:
     raise ConfigError(f"--eval_only: {e}") from None

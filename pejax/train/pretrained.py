@@ -104,7 +104,7 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
         model, tokenizer, lengths=lengths, depths=(0.0, 0.5, 1.0), seed=int(config.seed),
         blockwise_threshold=blockwise_threshold, progress=log)
   text_parts = [eval_lib.format_table(
-      results, train_len=original,
+      results, train_len=original, token="token", reference="context",
       title=f"{label_}: original context {original}, perplexity (model tokens) on up to "
             f"{config.eval.num_tokens} validation tokens per length")
                 for label_, results in tables.items()]

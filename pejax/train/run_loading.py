@@ -145,7 +145,7 @@ def load_run(workdir: os.PathLike | str, *, step: Optional[int] = None) -> Loade
   model = Decoder(model_config, rngs=nnx.Rngs(params=0))
   try:
     with checkpoint_lib.Checkpointer(path / checkpoint_lib.CHECKPOINT_SUBDIR, config=config,
-                                     async_save=False) as checkpointer:
+                                     read_only=True) as checkpointer:
       restored = checkpointer.restore(model, step=step)
   except FileNotFoundError as e:
     raise ValueError(str(e)) from None

@@ -81,6 +81,10 @@ class PerplexityTest(chex.TestCase):
     self.assertEqual(by_length[(64, "sliding")].status, "n/a (table size 32)")
     table = eval_lib.format_table(results, train_len=32)
     self.assertIn("n/a (table size 32)", table)
+    self.assertRegex(table.splitlines()[0],
+                     r"^\| eval len \| x train \| +ppl nonoverlap \| bits/byte nonoverlap \|")
+    self.assertIn("| x context |", eval_lib.format_table(results, train_len=32, token="token",
+                                                       reference="context"))
     self.assertTrue(math.isnan(by_length[(64, "nonoverlap")].perplexity))
 
   def test_bad_mode(self):

@@ -183,6 +183,43 @@ class LaunchStudyFlagTest(absltest.TestCase):
                      (False, (), "/tmp/models", {}))
 
 
+  def test_batched_switch_reaches_the_settings_of_an_algorithmic_study(self):
+    import launch  # pylint: disable=g-import-not-at-top
+    from experiments import kazemnejad_suite  # pylint: disable=g-import-not-at-top
+    from experiments.algorithmic import model_runs  # pylint: disable=g-import-not-at-top
+    from pejax import cli  # pylint: disable=g-import-not-at-top
+    seen = {}
+
+    def record_options(options):
+      seen.setdefault("options", []).append(options.batched)
+
+    with mock.patch.object(kazemnejad_suite, "run", record_options):
+      for value in ("on", "OFF", "auto", ""):
+        launch.run(["launch.py", "--study=kazemnejad_suite",
+                    f"--config.study.batched={value}", "--workdir=/tmp/report"])
+    self.assertEqual(seen["options"], [True, False, None, None])
+    with self.assertRaisesRegex(cli.CommandLineError,
+                                r"--config.study.batched=sometimes: must be on, off or auto"):
+      launch.run(["launch.py", "--study=kazemnejad_suite", "--config.study.batched=sometimes"])
+    with self.assertRaisesRegex(cli.CommandLineError, "--config.study.batched only applies"):
+      launch.run(["launch.py", "--study=extrapolation", "--config.study.batched=on"])
+    # The settings the models are trained with: the switch wins over the platform default.
+    class Stop(Exception):
+      pass
+
+    def record_settings(base, settings, **unused):
+      del base, unused
+      seen["settings"] = settings
+      raise Stop
+
+    with mock.patch.object(model_runs, "run_models", record_settings):
+      with self.assertRaises(Stop):
+        launch.run(["launch.py", "--study=kazemnejad_suite", "--quick", "--pes=rope",
+                    "--config.study.batched=on",
+                    f"--workdir={self.create_tempdir().full_path}/r"])
+    self.assertTrue(seen["settings"].trains_together)
+
+
 class ReadablePlotsTest(absltest.TestCase):
 
   def test_log_axis_under_a_decade_gets_several_round_labelled_ticks(self):

@@ -274,6 +274,34 @@ class CheckpointerTest(parameterized.TestCase):
     _assert_same_state(self, model, other)
     self.assertEqual(os.listdir(self.directory), ["2"])  # The stray was cleaned up.
 
+  def test_a_read_only_reader_leaves_a_running_writers_files_alone(self):
+    # --eval_only / pejax.load_run on a run that is still training: the writer's in-flight
+    # temporary step folder, and a newest step it has not finished, must survive the reader.
+    config = _config()
+    model, optimizer = _build(config)
+    with checkpoint_lib.Checkpointer(self.directory, config=config) as checkpointer:
+      checkpointer.save(1, model=model, optimizer=optimizer)
+      checkpointer.wait_until_finished()
+      checkpointer.save(2, model=model, optimizer=optimizer)
+    for root, _, files in os.walk(os.path.join(self.directory, "2", "model")):
+      for name in files:  # Step 2 unreadable.
+        os.truncate(os.path.join(root, name), 0)
+    in_flight = os.path.join(self.directory, "3.orbax-checkpoint-tmp-1234567")
+    os.makedirs(os.path.join(in_flight, "model"))
+    before = sorted(os.listdir(self.directory))
+    reader_model, _ = _build(config, seed=3)
+    with checkpoint_lib.Checkpointer(self.directory, config=config,
+                                     read_only=True) as reader:
+      with self.assertLogs(level="WARNING"):
+        self.assertEqual(reader.restore(reader_model).step, 1)
+      with self.assertRaisesRegex(ValueError, "read_only=True.*cannot save step 4"):
+        reader.save(4, model=model, optimizer=optimizer)
+    self.assertEqual(sorted(os.listdir(self.directory)), before)
+    self.assertTrue(os.path.isdir(in_flight))
+    with self.assertRaisesRegex(FileNotFoundError, "no checkpoint directory"):
+      checkpoint_lib.Checkpointer(self.directory + "-absent", read_only=True)
+    self.assertFalse(os.path.exists(self.directory + "-absent"))  # Nothing created.
+
   def test_unserializable_data_state_fails_before_writing(self):
     model, optimizer = _build(_config())
     with checkpoint_lib.Checkpointer(self.directory) as checkpointer:
