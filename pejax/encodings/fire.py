@@ -59,6 +59,12 @@ def _check_scalar_param(name: str, value: Any) -> jnp.ndarray:
   return value.astype(jnp.float32)
 
 
+def _invalid_poison(c: jnp.ndarray, threshold: jnp.ndarray) -> jnp.ndarray:
+  """float32 0 when ``c`` and ``threshold`` are positive and finite, else NaN."""
+  valid = jnp.isfinite(c) & (c > 0) & jnp.isfinite(threshold) & (threshold > 0)
+  return jnp.where(valid, 0.0, jnp.nan).astype(jnp.float32)
+
+
 def fire_normalized_distance(
     q_positions: Any,
     k_positions: Any,
@@ -109,6 +115,9 @@ def _normalized_distance(q_positions: jnp.ndarray, k_positions: jnp.ndarray, c: 
   q = jnp.broadcast_to(q_positions, batch_shape + q_positions.shape[-1:]).astype(jnp.float32)
   k = jnp.broadcast_to(k_positions, batch_shape + k_positions.shape[-1:]).astype(jnp.float32)
   distance = jnp.abs(q[..., :, None] - k[..., None, :])  # [..., Lq, Lk]
+  # A traced c or threshold the eager check would reject (<= 0, not finite): NaN, not a finite
+  # wrong distance.
+  c = c + _invalid_poison(c, threshold)
   normalizer = jnp.log1p(c * jnp.maximum(q, threshold)) + eps  # [..., Lq]
   return jnp.log1p(c * distance) / normalizer[..., :, None]
 
@@ -167,6 +176,9 @@ def fire_kernel_bias(kernel_1: Any, bias_1: Any, kernel_2: Any, bias_2: Any, c: 
         f"{jnp.shape(kernel_1)}, {jnp.shape(bias_1)}, {jnp.shape(kernel_2)}, "
         f"{jnp.shape(bias_2)}")
   num_heads = jnp.shape(kernel_2)[1]
+  c = jnp.asarray(c, jnp.float32)
+  threshold = jnp.asarray(threshold, jnp.float32)
+  c = c + _invalid_poison(c, threshold)  # NaN parameters, not a finite wrong bias.
   shared = jnp.concatenate([jnp.asarray(kernel_1, jnp.float32), jnp.asarray(bias_1, jnp.float32)])
   params = jnp.concatenate([
       jnp.broadcast_to(shared[None, :], (num_heads, 2 * width)),

@@ -62,6 +62,16 @@ def _check_kernel_params(r1: Any, r2: Any, kind: str) -> tuple[jnp.ndarray, jnp.
   return r1, r2
 
 
+def _invalid_head_poison(r1: jnp.ndarray, r2: jnp.ndarray, kind: str) -> jnp.ndarray:
+  """float32 ``[H]``: 0 where head h's (r1, r2) are valid (finite, > 0; r2 <= 2 for the power
+  kernel), NaN where not."""
+  r1, r2 = r1.astype(jnp.float32), r2.astype(jnp.float32)
+  valid = jnp.isfinite(r1) & (r1 > 0) & jnp.isfinite(r2) & (r2 > 0)
+  if kind == "power":
+    valid = valid & (r2 <= 2)
+  return jnp.where(valid, 0.0, jnp.nan).astype(jnp.float32)
+
+
 def kerple_bias(
     q_positions: Any,
     k_positions: Any,
@@ -113,7 +123,10 @@ def _bias(q_positions: jnp.ndarray, k_positions: jnp.ndarray, r1: jnp.ndarray,
   distance = jnp.abs(q_positions.astype(jnp.float32)[..., :, None]
                      - k_positions.astype(jnp.float32)[..., None, :])[..., None, :, :]
   head_shape = (1,) * len(batch_shape) + (r1.shape[0], 1, 1)
-  r1 = jnp.reshape(r1.astype(jnp.float32), head_shape)
+  # Traced parameters the eager check would reject poison their head with NaN (never a finite
+  # wrong bias); for concrete ones this adds 0.
+  poison = jnp.reshape(_invalid_head_poison(r1, r2, kind), head_shape)
+  r1 = jnp.reshape(r1.astype(jnp.float32), head_shape) + poison
   r2 = jnp.reshape(r2.astype(jnp.float32), head_shape)
   if kind == "log":
     return -r1 * jnp.log1p(r2 * distance)
@@ -166,6 +179,8 @@ def kerple_kernel_bias(r1: Any, r2: Any, *, kind: str) -> KernelBias:
   if jnp.ndim(r1) != 1 or jnp.shape(r1) != jnp.shape(r2):
     raise ValueError(f"r1 and r2 must both have shape [H], got {jnp.shape(r1)} and "
                      f"{jnp.shape(r2)}")
-  params = jnp.stack([jnp.asarray(r1, jnp.float32), jnp.asarray(r2, jnp.float32)], axis=1)
+  r1, r2 = jnp.asarray(r1, jnp.float32), jnp.asarray(r2, jnp.float32)
+  r1 = r1 + _invalid_head_poison(r1, r2, kind)  # NaN rows for invalid (traced) heads.
+  params = jnp.stack([r1, r2], axis=1)
   tile = kerple_log_tile if kind == "log" else kerple_power_tile
   return KernelBias(TileBias(tile, 2, True), params)

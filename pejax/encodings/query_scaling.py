@@ -50,9 +50,10 @@ def _check_positions(positions: Any) -> jnp.ndarray:
 
 
 def _log_num_keys(positions: jnp.ndarray) -> jnp.ndarray:
-  """log(p + 1) in float32; traced negative positions are clamped to p = 0 (factor log 1 = 0)."""
+  """log(p + 1) in float32; NaN (the documented poison) at a traced negative position p, which
+  the eager check rejects: a query there sees no key count a factor could be made of."""
   num_keys = positions.astype(jnp.float32) + 1.0
-  return jnp.log(jnp.maximum(num_keys, 1.0))
+  return jnp.where(num_keys >= 1.0, jnp.log(jnp.maximum(num_keys, 1.0)), jnp.nan)
 
 
 def logn_query_scale(positions: Any, *, train_len: int) -> jnp.ndarray:

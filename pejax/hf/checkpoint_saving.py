@@ -110,6 +110,68 @@ def _json_text(hf: dict) -> str:
   return json.dumps(hf, indent=2, sort_keys=True) + "\n"
 
 
+# Keys save_pretrained owns whatever their effect on the decoder read back (the family, the
+# stored tensors' dtype, the context length) -> the argument that sets each.
+_OWNED_KEYS = {"model_type": "model_type=", "architectures": "model_type=",
+               "torch_dtype": "dtype=", "dtype": "dtype=",
+               "max_position_embeddings": "max_position_embeddings="}
+
+
+def _positive_length(value: Any, name: str) -> int:
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  return int(value)
+
+
+def _json_value(value: Any) -> Any:
+  """A numpy scalar as the Python number it holds (lossless); anything else unchanged."""
+  return value.item() if isinstance(value, np.generic) else value
+
+
+def _with_extra_config(hf: dict, extra_config: Any) -> dict:
+  """``hf`` updated with ``extra_config``, refusing keys that would describe another model.
+
+  A key ``save_pretrained`` computed may be given again only with a value that leaves the
+  decoder read back from the file (:func:`config_mapping.decoder_config_from_hf`) unchanged;
+  ``model_type``, ``architectures``, the dtype keys and ``max_position_embeddings`` are never
+  overridden (their arguments set them). Keys pejax does not read (token ids, ...) are free.
+  """
+  if not isinstance(extra_config, dict):
+    raise TypeError(f"extra_config must be a dict of config.json keys, got "
+                    f"{type(extra_config).__name__}: {extra_config!r}"[:300])
+  for key in extra_config:
+    if not isinstance(key, str):
+      raise TypeError(f"extra_config keys must be strings, got {key!r}")
+  extra = {key: _json_value(value) for key, value in extra_config.items()}
+  before = config_mapping.decoder_config_from_hf(hf)
+  model_keys = config_mapping.model_defining_keys(hf["model_type"])
+  out = dict(hf)
+  for key, value in extra.items():
+    if key in model_keys and key not in hf:
+      raise ValueError(f"extra_config[{key!r}]={value!r}: {key!r} describes the model, and "
+                       "save_pretrained writes the model's own description (in another key)")
+    if key in hf and value != hf[key]:
+      if key in _OWNED_KEYS:
+        raise ValueError(f"extra_config[{key!r}]={value!r} would override the value "
+                         f"save_pretrained writes ({hf[key]!r}); set it with save_pretrained's "
+                         f"{_OWNED_KEYS[key]} argument")
+      trial = dict(out, **{key: value})
+      try:
+        changed = config_mapping.decoder_config_from_hf(trial) != before
+      except ValueError as e:
+        raise ValueError(f"extra_config[{key!r}]={value!r}: {e}") from None
+      if changed:
+        raise ValueError(f"extra_config[{key!r}]={value!r} would override the value "
+                         f"save_pretrained computes from the model ({hf[key]!r}): the file "
+                         "would describe another model")
+    out[key] = value
+  try:
+    config_mapping.decoder_config_from_hf(out)
+  except ValueError as e:
+    raise ValueError(f"extra_config={extra!r}: {e}"[:500]) from None
+  return out
+
+
 def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = None,
                     max_position_embeddings: Optional[int] = None,
                     extra_config: Optional[dict] = None, dtype: Any = None) -> str:
@@ -129,7 +191,11 @@ def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = No
       (``model.hf_source``), else inferred from the config.
     max_position_embeddings: written to ``config.json`` (default: the source's, or the RoPE
       scaling's length, or 4096).
-    extra_config: further ``config.json`` keys (e.g. ``{"eos_token_id": 2}``), written last.
+    extra_config: further ``config.json`` keys (e.g. ``{"eos_token_id": 2}``), written last. A
+      key that save_pretrained computes from the model may be repeated only with a value that
+      describes the same model (else ``ValueError`` naming the key); ``model_type``,
+      ``architectures``, the dtype and ``max_position_embeddings`` are set by their arguments
+      only. numpy scalars are written as the numbers they hold.
     dtype: ``None`` (the parameters' dtype), ``"float32"`` or ``"bfloat16"``: the dtype of the
       stored tensors.
 
@@ -139,7 +205,9 @@ def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = No
   Raises:
     ValueError: naming the :class:`~pejax.nn.DecoderConfig` field that the family cannot
       express (see :func:`pejax.hf.decoder_config_to_hf`), a ``config.json`` value that is not
-      JSON, or a bad ``dtype``; nothing in ``path`` is changed then.
+      JSON, an ``extra_config`` key that would describe another model, a non-positive
+      ``max_position_embeddings`` or a bad ``dtype``; nothing in ``path`` is changed then.
+    TypeError: an ``extra_config`` that is not a dict with string keys.
   """
   if not isinstance(model, Decoder):
     raise ValueError(f"model must be a pejax.nn.Decoder, got {type(model).__name__}")
@@ -150,6 +218,12 @@ def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = No
       dtype = repr(dtype)
     if dtype not in _DTYPES:
       raise ValueError(f"dtype must be None, float32 or bfloat16, got {dtype!r}")
+  if max_position_embeddings is not None:
+    max_position_embeddings = _positive_length(max_position_embeddings,
+                                                "max_position_embeddings")
+  if extra_config is not None and not isinstance(extra_config, dict):
+    raise TypeError(f"extra_config must be a dict of config.json keys, got "
+                    f"{type(extra_config).__name__}: {extra_config!r}"[:300])
   config = model.config
   model_type = chosen_model_type(model, model_type)
   if model_type not in config_mapping.SUPPORTED_MODEL_TYPES:
@@ -189,7 +263,7 @@ def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = No
     if max_position_embeddings is not None:
       hf["max_position_embeddings"] = max_position_embeddings
   if extra_config:
-    hf.update(extra_config)
+    hf = _with_extra_config(hf, extra_config)
   text = _json_text(hf)  # Before any file is touched.
   directory = os.path.abspath(os.path.expanduser(os.fspath(path)))
   os.makedirs(directory, exist_ok=True)

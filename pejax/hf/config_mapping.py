@@ -65,6 +65,11 @@ _FAMILY_KEYS = {
     "phi3": frozenset({"sliding_window", "resid_pdrop", "embd_pdrop"}),
     "gemma": frozenset({"hidden_activation", "attention_bias", "use_bidirectional_attention"}),
 }
+def model_defining_keys(model_type: str) -> frozenset:
+  """The ``config.json`` keys that describe a ``model_type`` decoder (read by the mapping)."""
+  return _READ | _FAMILY_KEYS.get(model_type, frozenset())
+
+
 _HARMLESS = frozenset({
     "architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
     "transformers_version", "initializer_range", "use_cache", "attention_dropout",

@@ -78,8 +78,16 @@ class Tokenizer:
     Returns:
       The decoded string.
     """
-    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
-    return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    array = np.asarray(ids)
+    if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+      raise ValueError(f"ids must be integer token ids, got dtype {array.dtype}")
+    array = array.reshape(-1)
+    bad = array[(array < 0) | (array >= self.vocab_size)]
+    if bad.size:  # The Rust decoder would drop them from the text without a word.
+      raise ValueError(f"ids must be in [0, {self.vocab_size}) (the vocabulary of "
+                       f"{self.name}), got {int(bad[0])}")
+    return self._tokenizer.decode([int(i) for i in array],
+                                  skip_special_tokens=skip_special_tokens)
 
   def __repr__(self) -> str:
     return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
@@ -91,11 +99,15 @@ def _token_text(value: Any) -> Optional[str]:
   return value if isinstance(value, str) else None
 
 
-def _ids(value: Any) -> tuple[int, ...]:
+def _ids(value: Any, *, source: str, vocab_size: int) -> tuple[int, ...]:
+  """Token ids of a config value (an id, a list of ids or null); anything else is an error."""
   if value is None:
     return ()
   values = value if isinstance(value, (list, tuple)) else [value]
-  return tuple(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
+  for v in values:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab_size:
+      raise ValueError(f"{source} must be token ids in [0, {vocab_size}), got {value!r}")
+  return tuple(values)
 
 
 def load_tokenizer(path: Any) -> Tokenizer:
@@ -108,7 +120,9 @@ def load_tokenizer(path: Any) -> Tokenizer:
     A :class:`Tokenizer`.
 
   Raises:
-    ValueError: naming the file when ``tokenizer.json`` is missing or cannot be parsed.
+    ValueError: naming the file when ``tokenizer.json`` is missing or cannot be parsed, and
+      naming the file and key of a special token that is not in the vocabulary or an id that is
+      not an integer in ``[0, vocab_size)`` (a stop or padding token is never dropped).
   """
   from tokenizers import Tokenizer as HFTokenizer  # pylint: disable=g-import-not-at-top
   full = os.path.abspath(os.path.expanduser(os.fspath(path)))
@@ -130,19 +144,35 @@ def load_tokenizer(path: Any) -> Tokenizer:
   generation = optional_json("generation_config.json")
   config = optional_json(files_lib.CONFIG_FILE)
 
-  def token_id(key: str) -> Optional[int]:
-    text = _token_text(special.get(key))
-    return None if text is None else tokenizer.token_to_id(text)
+  vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
 
-  eos = _ids(generation.get("eos_token_id")) or _ids(config.get("eos_token_id"))
-  if not eos and token_id("eos_token") is not None:
-    eos = (token_id("eos_token"),)
+  def token_id(key: str) -> Optional[int]:
+    value = special.get(key)
+    text = _token_text(value)
+    if value is not None and text is None:
+      raise ValueError(f"tokenizer_config.json {key} must be a token string (or "
+                       f"{{'content': ...}}), got {value!r}")
+    if text is None:
+      return None
+    found = tokenizer.token_to_id(text)
+    if found is None:  # Dropping it would silently lose a stop or padding token.
+      raise ValueError(f"tokenizer_config.json {key} {text!r} is not a token of {file}")
+    return found
+
+  def ids(config_dict: dict, name: str, key: str) -> tuple[int, ...]:
+    return _ids(config_dict.get(key), source=f"{name} {key}", vocab_size=vocab_size)
+
+  eos = (ids(generation, "generation_config.json", "eos_token_id")
+         or ids(config, files_lib.CONFIG_FILE, "eos_token_id"))
+  eos_token = token_id("eos_token")
+  if not eos and eos_token is not None:
+    eos = (eos_token,)
   bos = token_id("bos_token")
   if bos is None:
-    bos = next(iter(_ids(config.get("bos_token_id"))), None)
+    bos = next(iter(ids(config, files_lib.CONFIG_FILE, "bos_token_id")), None)
   pad = token_id("pad_token")
   if pad is None:
-    pad = next(iter(_ids(config.get("pad_token_id"))), None)
+    pad = next(iter(ids(config, files_lib.CONFIG_FILE, "pad_token_id")), None)
   return Tokenizer(tokenizer, name=directory, bos_token_id=bos, eos_token_ids=eos,
                    pad_token_id=pad)
 

@@ -82,7 +82,7 @@ class SelfAttention(nnx.Module):
     if config.query_scaling == "ssmax":
       # s = 1 / log(L) makes the factor 1 at the training length (neutral at initialization);
       # 512 when no training length is given.
-      length = max(config.query_scaling_length, 2) if config.query_scaling_length else 512
+      length = config.query_scaling_length or 512  # >= 2 (DecoderConfig checks it).
       self.ssmax_s = nnx.Param(jnp.full((self.num_heads,), 1.0 / math.log(length), jnp.float32))
 
     def linear(features_in: int, features_out: int, names: tuple[str, str], *,

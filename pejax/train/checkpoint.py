@@ -35,8 +35,10 @@ calling :meth:`Checkpointer.restore`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging as pylogging
 import os
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -219,6 +221,24 @@ def _target_mismatches(item: str, saved_tree: Mapping[str, Any], abstract: Any) 
   return lines
 
 
+class _ReadOnlyNoticeFilter(pylogging.Filter):
+  """Drops Orbax's warning that a read-only manager's directory is read only (it is asked for)."""
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Given directory is read only")
+
+
+@contextlib.contextmanager
+def _quiet_read_only_notice() -> Iterator[None]:
+  absl_logger = pylogging.getLogger("absl")
+  notice_filter = _ReadOnlyNoticeFilter()
+  absl_logger.addFilter(notice_filter)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(notice_filter)
+
+
 class Checkpointer:
   """A directory of training checkpoints behind an ``ocp.CheckpointManager``.
 
@@ -266,17 +286,19 @@ class Checkpointer:
         cleanup_tmp_directories=not self.read_only,
         create=not self.read_only,
         read_only=self.read_only,
+        **({"save_interval_steps": 0} if self.read_only else {}),
     )
-    self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=options,
-        item_handlers={
-            "model": ocp.StandardCheckpointHandler(),
-            "optimizer": ocp.StandardCheckpointHandler(),
-            "data_state": ocp.JsonCheckpointHandler(),
-            "config": ocp.JsonCheckpointHandler(),
-        },
-    )
+    with _quiet_read_only_notice():
+      self._manager = ocp.CheckpointManager(
+          self.directory,
+          options=options,
+          item_handlers={
+              "model": ocp.StandardCheckpointHandler(),
+              "optimizer": ocp.StandardCheckpointHandler(),
+              "data_state": ocp.JsonCheckpointHandler(),
+              "config": ocp.JsonCheckpointHandler(),
+          },
+      )
 
   def latest_step(self) -> int | None:
     """The newest complete checkpoint step, or ``None``.

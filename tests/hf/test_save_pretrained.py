@@ -189,6 +189,50 @@ class FailedSaveTest(parameterized.TestCase):
       pejax.hf.save_pretrained(second, directory, extra_config=extra_config)
     self.assertEqual({p.name: p.read_bytes() for p in directory.iterdir()}, before)
 
+  @parameterized.named_parameters(
+      ("negative_length", {"max_position_embeddings": -5}, ValueError,
+       r"extra_config\['max_position_embeddings'\]=-5 would override .*max_position_embeddings="),
+      ("other_length", {"max_position_embeddings": 100}, ValueError,
+       r"extra_config\['max_position_embeddings'\]=100 would override"),
+      ("model_size", {"hidden_size": 64}, ValueError,
+       r"extra_config\['hidden_size'\]=64 would override .*\(32\)"),
+      ("rope_theta", {"rope_theta": 5.0}, ValueError, r"extra_config\['rope_theta'\]=5.0"),
+      ("family", {"model_type": "qwen2"}, ValueError,
+       r"extra_config\['model_type'\]='qwen2' would override .*model_type= argument"),
+      ("dtype", {"torch_dtype": "bfloat16"}, ValueError, r"extra_config\['torch_dtype'\]"),
+      ("not_a_dict", [("eos_token_id", 3)], TypeError, r"extra_config must be a dict .*list"),
+      ("key_not_a_string", {3: 4}, TypeError, r"extra_config keys must be strings, got 3"),
+  )
+  def test_extra_config_cannot_describe_another_model(self, extra_config, error, message):
+    directory = pathlib.Path(self.create_tempdir().full_path)
+    model = Decoder(DecoderConfig(num_layers=1, d_model=32, num_heads=2), rngs=nnx.Rngs(0))
+    pejax.hf.save_pretrained(model, directory)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    with self.assertRaisesRegex(error, message):
+      pejax.hf.save_pretrained(model, directory, extra_config=extra_config)
+    self.assertEqual({p.name: p.read_bytes() for p in directory.iterdir()}, before)
+
+  def test_extra_config_keys_pejax_does_not_read_and_numpy_scalars_are_written(self):
+    directory = pathlib.Path(self.create_tempdir().full_path)
+    model = Decoder(DecoderConfig(num_layers=1, d_model=32, num_heads=2), rngs=nnx.Rngs(0))
+    written = json.loads(pathlib.Path(pejax.hf.save_pretrained(model, directory)).joinpath(
+        "config.json").read_text())
+    pejax.hf.save_pretrained(model, directory, extra_config={
+        "eos_token_id": np.int64(2), "initializer_range": np.float32(0.5),
+        "hidden_size": written["hidden_size"]})  # Repeating a computed value is fine.
+    config = json.loads((directory / "config.json").read_text())
+    self.assertEqual((config["eos_token_id"], config["initializer_range"]), (2, 0.5))
+    self.assertIsInstance(config["eos_token_id"], int)
+
+  @parameterized.named_parameters(("zero", 0), ("negative", -1), ("float", 2.5), ("bool", True))
+  def test_max_position_embeddings_must_be_a_positive_integer(self, value):
+    model = Decoder(DecoderConfig(num_layers=1, d_model=32, num_heads=2), rngs=nnx.Rngs(0))
+    directory = pathlib.Path(self.create_tempdir().full_path) / "out"
+    with self.assertRaisesRegex(ValueError, rf"max_position_embeddings must be a positive "
+                                rf"integer, got {value!r}"):
+      pejax.hf.save_pretrained(model, directory, max_position_embeddings=value)
+    self.assertFalse(directory.exists())
+
   def test_failure_while_writing_removes_the_temporary_files(self):
     directory = pathlib.Path(self.create_tempdir().full_path)
     model = Decoder(DecoderConfig(num_layers=1, d_model=32, num_heads=2), rngs=nnx.Rngs(0))

@@ -41,6 +41,56 @@ class TokenizerTest(absltest.TestCase):
       pejax.hf.load_tokenizer(bad)
 
 
+class TokenizerInputsTest(absltest.TestCase):
+  """A special token or id that is not in the vocabulary is an error, never dropped."""
+
+  def _copy(self, **files):
+    directory = pathlib.Path(self.create_tempdir().full_path)
+    (directory / "tokenizer.json").write_bytes((DIRECTORY / "tokenizer.json").read_bytes())
+    for name, text in files.items():
+      (directory / f"{name}.json").write_text(text)
+    return directory
+
+  def test_special_token_not_in_the_vocabulary(self):
+    for key in ("eos_token", "bos_token", "pad_token"):
+      with self.subTest(key=key):
+        directory = self._copy(tokenizer_config=f'{{"{key}": "<nope>"}}')
+        with self.assertRaisesRegex(ValueError, rf"tokenizer_config.json {key} '<nope>' is not "
+                                    r"a token of .*tokenizer.json"):
+          pejax.hf.load_tokenizer(directory)
+    directory = self._copy(tokenizer_config='{"eos_token": 7}')
+    with self.assertRaisesRegex(ValueError, "eos_token must be a token string"):
+      pejax.hf.load_tokenizer(directory)
+
+  def test_ids_in_config_files_must_be_vocabulary_ids(self):
+    for name, text, message in (
+        ("generation_config", '{"eos_token_id": [2, 999]}',
+         r"generation_config.json eos_token_id must be token ids in \[0, 320\), got \[2, 999\]"),
+        ("generation_config", '{"eos_token_id": "2"}', r"eos_token_id .*got '2'"),
+        ("config", '{"bos_token_id": -1}', r"config.json bos_token_id .*got -1"),
+        ("config", '{"pad_token_id": 1.5}', r"config.json pad_token_id .*got 1.5"),
+        ("config", '{"eos_token_id": true}', r"config.json eos_token_id .*got True"),
+    ):
+      with self.subTest(text=text):
+        with self.assertRaisesRegex(ValueError, message):
+          pejax.hf.load_tokenizer(self._copy(**{name: text}))
+    # A list of valid stop ids is kept whole.
+    tokenizer = pejax.hf.load_tokenizer(self._copy(generation_config='{"eos_token_id": [2, 5]}'))
+    self.assertEqual(tokenizer.eos_token_ids, (2, 5))
+
+  def test_decode_refuses_ids_outside_the_vocabulary_and_non_integers(self):
+    tokenizer = pejax.hf.load_tokenizer(DIRECTORY)
+    with self.assertRaisesRegex(ValueError, r"ids must be in \[0, 320\) .*got 320"):
+      tokenizer.decode([5, 320])
+    with self.assertRaisesRegex(ValueError, r"got -1"):
+      tokenizer.decode(np.array([-1, 3]))
+    with self.assertRaisesRegex(ValueError, "ids must be integer token ids, got dtype float"):
+      tokenizer.decode(np.array([2.5]))
+    with self.assertRaisesRegex(ValueError, "got dtype bool"):
+      tokenizer.decode([True])
+    self.assertEqual(tokenizer.decode([]), "")
+
+
 # Non-ASCII (2-, 3- and 4-byte UTF-8), control bytes (\x00 is the synthetic tasks' padding
 # id), leading and repeated spaces, CRLF.
 TEXTS = ("plain ascii", "héllo wörld", "日本語のテキスト", "emoji 🙂👍🏽", "\x00\x01\x7f\t\n",
