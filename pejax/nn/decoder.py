@@ -40,7 +40,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from flax import nnx
 import jax
@@ -71,6 +71,15 @@ def _check_batch_array(name: str, x: Any, batch: int, length: int, *,
     expected = f"[{batch}, {length}]" + (f" or [1, {length}]" if allow_shared else "")
     raise ValueError(f"{name} must have shape {expected}, got {x.shape}")
   return x.astype(jnp.int32)
+
+
+def init_cache_layout(config: DecoderConfig, layer_pes: Sequence[Any]) -> dict:
+  """The per-model arguments of :func:`init_kv_cache`: layers, key/value heads, head dim and
+  each layer's key-feature shape (``None`` for a PE without key features)."""
+  shapes = [pe.key_feature_shape() if pe.has_content_bias else None for pe in layer_pes]
+  return dict(num_layers=config.num_layers, num_kv_heads=config.kv_heads,
+              head_dim=config.head_dim,
+              feature_shapes=tuple(None if shape is None else tuple(shape) for shape in shapes))
 
 
 class Decoder(nnx.Module):
@@ -225,13 +234,10 @@ class Decoder(nnx.Module):
           "keys stored before rotation: build the model with cache_rotated_keys=False (got "
           "cache_rotated_keys=True with a rotary PE)")
     return init_kv_cache(
-        num_layers=config.num_layers,
+        **init_cache_layout(config, self.layer_pes()),
         batch_size=arg_checks.check_positive_int("batch_size", batch_size),
         max_length=arg_checks.check_positive_int("max_length", max_length),
-        num_kv_heads=config.kv_heads, head_dim=config.head_dim,
         dtype=config.compute_dtype if dtype is None else dtype,
-        feature_shapes=tuple(pe.key_feature_shape() if pe.has_content_bias else None
-                             for pe in self.layer_pes()),
         eviction=eviction, sink_tokens=sink_tokens)
 
   def prefill(self, tokens: jax.Array, positions: Optional[jax.Array],
@@ -291,6 +297,7 @@ class Decoder(nnx.Module):
     batch, length = tokens.shape
     if not isinstance(cache, KVCache):
       raise ValueError(f"cache must be a KVCache from init_cache, got {type(cache).__name__}")
+    self._check_cache_fits(cache)
     if cache.positions.shape[0] != batch:
       raise ValueError(
           f"tokens batch ({batch}) must match the cache batch ({cache.positions.shape[0]})")
@@ -331,6 +338,26 @@ class Decoder(nnx.Module):
     logits = jnp.where(start + length > cache.max_length, jnp.nan, logits)
     return logits, cache.with_layers(layers, positions=cache_positions, length=start + length,
                                      segment_ids=cache_segment_ids)
+
+  def _check_cache_fits(self, cache: KVCache) -> None:
+    """A cache made for another model (layers, key/value heads, head dim, key features) is an
+    error naming what differs, not an XLA shape error or a silently wrong attention."""
+    config = self.config
+    expected = init_cache_layout(config, self.layer_pes())
+    found_layers = len(cache.keys)
+    if found_layers != expected["num_layers"]:
+      raise ValueError(f"cache has {found_layers} layers, this model {expected['num_layers']}: "
+                       "make the cache with this model's init_cache")
+    _, _, heads, head_dim = cache.keys[0].shape
+    if (heads, head_dim) != (expected["num_kv_heads"], expected["head_dim"]):
+      raise ValueError(f"cache holds {heads} key/value heads of dim {head_dim}, this model "
+                       f"{expected['num_kv_heads']} of dim {expected['head_dim']}: make the "
+                       "cache with this model's init_cache")
+    for layer, (array, shape) in enumerate(zip(cache.features, expected["feature_shapes"])):
+      found = None if array is None else tuple(array.shape[2:])
+      if found != shape:
+        raise ValueError(f"cache layer {layer} has key features of shape {found}, this model's "
+                         f"PE needs {shape}: make the cache with this model's init_cache")
 
   def _run_blocks(self, tokens, positions, cache_positions, layer_caches, start, segment_ids,
                   cache_segment_ids):

@@ -229,9 +229,26 @@ def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_h
     scalar ``length`` 0.
 
   Raises:
-    ValueError: naming the argument, for an unknown ``dtype`` or ``eviction``, or a
-      ``sink_tokens`` that does not fit the eviction kind and capacity.
+    ValueError: naming the argument, for a size that is not a positive int, an unknown
+      ``dtype`` or ``eviction``, ``feature_shapes`` without one entry per layer or with an entry
+      that is not a shape, or a ``sink_tokens`` that does not fit the eviction kind and
+      capacity.
   """
+  for name, value in (("num_layers", num_layers), ("batch_size", batch_size),
+                      ("max_length", max_length), ("num_kv_heads", num_kv_heads),
+                      ("head_dim", head_dim)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  feature_shapes = tuple(feature_shapes)
+  if feature_shapes and len(feature_shapes) != num_layers:
+    raise ValueError(f"feature_shapes must have one entry per layer (num_layers={num_layers}), "
+                     f"got {len(feature_shapes)}: {feature_shapes!r}")
+  for layer, feature_shape in enumerate(feature_shapes):
+    if feature_shape is not None and (
+        not isinstance(feature_shape, (tuple, list)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in feature_shape)):
+      raise ValueError(f"feature_shapes[{layer}] must be None or a tuple of positive ints (the "
+                       f"per-token shape of a layer's key features), got {feature_shape!r}")
   if eviction not in EVICTIONS:
     raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
   if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int):
