@@ -44,6 +44,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pejax import json_file
+
 # Fields never used to tell runs apart (where and how they were written, not what they are).
 _IGNORED = ("workdir", "mesh.", "train.log_every", "train.eval_every", "train.checkpoint_every",
             "train.keep_checkpoints", "train.resume", "train.tensorboard", "eval.")
@@ -403,7 +405,8 @@ def _write(markdown: str, runs: Sequence[Dict[str, Any]], curves: Dict[str, Dict
         title=title)
   runs_list = "\n".join(f"- `{os.path.abspath(r['dir'])}`" for r in runs)
   plot = f"\n\n![{title}]({PLOT_FILENAME})" if curves else ""
-  (out / TABLE_FILENAME).write_text(f"# {title}\n\n{markdown}{plot}\n\nRuns:\n\n{runs_list}\n")
+  json_file.write_text_atomic(out / TABLE_FILENAME,
+                              f"# {title}\n\n{markdown}{plot}\n\nRuns:\n\n{runs_list}\n")
   verb = "wrote (replacing the existing files)" if existing else "wrote"
   return f"{verb} {' and '.join(str(p) for p in targets)}"
 

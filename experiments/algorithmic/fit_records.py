@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
+from pejax import json_file
+
 RESULT_FILE = "fit.json"
 PARAMS_FILE = "params.npz"
 PROGRESS_FILE = "progress.npz"  # Weights + optimizer state at the last check of an unfinished run.
@@ -149,9 +151,8 @@ def save_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimize
   """
   run_dir.mkdir(parents=True, exist_ok=True)
   save_tree(_training_state(model, optimizer), run_dir / PROGRESS_FILE)
-  tmp = run_dir / (PROGRESS_META + ".tmp")
-  tmp.write_text(json.dumps({"key": key, **meta}, default=str))
-  os.replace(tmp, run_dir / PROGRESS_META)
+  json_file.write_text_atomic(run_dir / PROGRESS_META,
+                              json.dumps({"key": key, **meta}, default=str))
 
 
 def load_progress(run_dir: pathlib.Path, key: Mapping[str, Any], model, optimizer
@@ -208,9 +209,7 @@ def write_result(result: FitResult, key: Mapping[str, Any], model) -> None:
   run_dir.mkdir(parents=True, exist_ok=True)
   save_params(model, run_dir / PARAMS_FILE)
   payload = {"key": key, "result": result.to_json()}
-  tmp = run_dir / (RESULT_FILE + ".tmp")
-  tmp.write_text(json.dumps(payload, indent=1, default=str))
-  os.replace(tmp, run_dir / RESULT_FILE)
+  json_file.write_text_atomic(run_dir / RESULT_FILE, json.dumps(payload, indent=1, default=str))
   for name in (PROGRESS_META, PROGRESS_FILE):  # The finished result supersedes them.
     (run_dir / name).unlink(missing_ok=True)
 

@@ -8,6 +8,8 @@ import os
 import pathlib
 from typing import Any, Callable, Mapping
 
+from pejax import json_file
+
 
 _MISSING = object()  # (A stored value may be None.)
 
@@ -44,8 +46,6 @@ def cached(path: os.PathLike | str, key: Mapping[str, Any],
     return stored
   value = compute()
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  tmp.write_text(json.dumps({"key": key, "key_digest": digest, "value": value}, default=str,
-                            allow_nan=True))
-  os.replace(tmp, path)
+  json_file.write_text_atomic(path, json.dumps(
+      {"key": key, "key_digest": digest, "value": value}, default=str, allow_nan=True))
   return value

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
+import io
 import math
 import os
 import pathlib
 from typing import Any, Dict, List, Optional, Sequence
 
+from pejax import json_file
 from pejax.eval.passkey import PasskeyResult
 from pejax.eval.perplexity import LengthResult
 
@@ -103,14 +104,15 @@ def write_results(workdir: pathlib.Path, tables: Dict[str, Sequence[LengthResult
   payload = {"meta": meta,
              "perplexity": {label: [r.to_json() for r in rs] for label, rs in tables.items()},
              "passkey": [r.to_json() for r in passkey]}
-  paths["json"].write_text(json.dumps(payload, indent=1, default=str) + "\n")
+  json_file.write_json_atomic(paths["json"], payload)
   fields = ["label"] + [f.name for f in dataclasses.fields(LengthResult)]
-  with paths["csv"].open("w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
-    writer.writeheader()
-    for label, rs in tables.items():
-      for r in rs:
-        writer.writerow({"label": label, **r.to_json()})
+  rows = io.StringIO(newline="")
+  writer = csv.DictWriter(rows, fieldnames=fields)
+  writer.writeheader()
+  for label, rs in tables.items():
+    for r in rs:
+      writer.writerow({"label": label, **r.to_json()})
+  json_file.write_text_atomic(paths["csv"], rows.getvalue())
   plot_perplexity(tables, paths["png"], train_len=meta.get("train_len"), title=title)
   return paths
 

@@ -24,6 +24,7 @@ from flax import nnx
 import ml_collections
 
 from pejax import decoder_from_config
+from pejax import json_file
 from pejax.eval import passkey as passkey_lib
 from pejax.eval import perplexity as perplexity_lib
 from pejax.eval import report as report_lib
@@ -189,6 +190,6 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
                                title=f"Perplexity vs length (trained at {train_len})")
   text = header + "\n\n" + "\n\n".join(text_parts)
   if write:
-    (out_dir / "results.md").write_text(
-        f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
+    json_file.write_text_atomic(
+        out_dir / "results.md", f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
   return RunEvaluation(tables, passkey, text, summary)

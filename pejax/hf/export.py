@@ -40,6 +40,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from pejax import one_line_parser
+from pejax import json_file
 from pejax.hf import checkpoint_saving
 from pejax.hf import safetensors_files as files_lib
 from pejax.hf.tokenizer import ByteTokenizer
@@ -93,9 +94,8 @@ def _write_tokenizer(run: run_loading.LoadedRun, directory: str) -> tuple[list[s
   hf_dir = str(run.config.train.get("init_from_hf", "") or "")
   if not hf_dir:
     files = ByteTokenizer().save(directory)
-    with open(os.path.join(directory, GENERATION_CONFIG_FILE), "w", encoding="utf-8") as f:
-      json.dump({"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}, f, indent=2)
-      f.write("\n")
+    json_file.write_text_atomic(os.path.join(directory, GENERATION_CONFIG_FILE), json.dumps(
+        {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}, indent=2) + "\n")
     return files + [GENERATION_CONFIG_FILE], (
         "tokenizer: byte-level, id = byte value of the UTF-8 text (256 ids, no special tokens, "
         "as pejax's byte data)")

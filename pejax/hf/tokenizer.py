@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from pejax import json_file
 from pejax.hf import safetensors_files as files_lib
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -300,9 +301,8 @@ class ByteTokenizer:
                 "clean_up_tokenization_spaces": False, "add_bos_token": False,
                 "add_eos_token": False, "bos_token": None, "eos_token": None,
                 "pad_token": None, "unk_token": None}
-    with open(os.path.join(directory, TOKENIZER_CONFIG_FILE), "w", encoding="utf-8") as f:
-      json.dump(settings, f, indent=2, sort_keys=True)
-      f.write("\n")
+    json_file.write_text_atomic(os.path.join(directory, TOKENIZER_CONFIG_FILE),
+                                json.dumps(settings, indent=2, sort_keys=True) + "\n")
     return [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE]
 
   def __repr__(self) -> str:
