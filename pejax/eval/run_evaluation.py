@@ -190,6 +190,6 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
                                title=f"Perplexity vs length (trained at {train_len})")
   text = header + "\n\n" + "\n\n".join(text_parts)
   if write:
-    json_file.write_text_atomic(
-        out_dir / "results.md", f"# Results\n\n`{meta['date']}`, {meta['machine']}\n\n```\n{text}\n```\n")
+    json_file.write_text_atomic(out_dir / "results.md", f"# Results\n\n`{meta['date']}`, "
+                                f"{meta['machine']}\n\n```\n{text}\n```\n")
   return RunEvaluation(tables, passkey, text, summary)

@@ -36,6 +36,7 @@ from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 
+from pejax.encodings import arg_checks
 from pejax.hf import config_mapping
 from pejax.hf import safetensors_files as files_lib
 from pejax.hf import weight_mapping
@@ -117,28 +118,20 @@ _OWNED_KEYS = {"model_type": "model_type=", "architectures": "model_type=",
                "max_position_embeddings": "max_position_embeddings="}
 
 
-def _positive_length(value: Any, name: str) -> int:
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  return int(value)
-
-
 def _json_value(value: Any) -> Any:
   """A numpy scalar as the Python number it holds (lossless); anything else unchanged."""
   return value.item() if isinstance(value, np.generic) else value
 
 
-def _with_extra_config(hf: dict, extra_config: Any) -> dict:
+def _with_extra_config(hf: dict, extra_config: dict) -> dict:
   """``hf`` updated with ``extra_config``, refusing keys that would describe another model.
 
   A key ``save_pretrained`` computed may be given again only with a value that leaves the
   decoder read back from the file (:func:`config_mapping.decoder_config_from_hf`) unchanged;
   ``model_type``, ``architectures``, the dtype keys and ``max_position_embeddings`` are never
   overridden (their arguments set them). Keys pejax does not read (token ids, ...) are free.
+  ``extra_config`` is a dict (:func:`save_pretrained` checks it first).
   """
-  if not isinstance(extra_config, dict):
-    raise TypeError(f"extra_config must be a dict of config.json keys, got "
-                    f"{type(extra_config).__name__}: {extra_config!r}"[:300])
   for key in extra_config:
     if not isinstance(key, str):
       raise TypeError(f"extra_config keys must be strings, got {key!r}")
@@ -219,8 +212,8 @@ def save_pretrained(model: Decoder, path: Any, *, model_type: Optional[str] = No
     if dtype not in _DTYPES:
       raise ValueError(f"dtype must be None, float32 or bfloat16, got {dtype!r}")
   if max_position_embeddings is not None:
-    max_position_embeddings = _positive_length(max_position_embeddings,
-                                                "max_position_embeddings")
+    max_position_embeddings = arg_checks.check_positive_int("max_position_embeddings",
+                                                            max_position_embeddings)
   if extra_config is not None and not isinstance(extra_config, dict):
     raise TypeError(f"extra_config must be a dict of config.json keys, got "
                     f"{type(extra_config).__name__}: {extra_config!r}"[:300])

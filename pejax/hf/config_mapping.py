@@ -65,6 +65,8 @@ _FAMILY_KEYS = {
     "phi3": frozenset({"sliding_window", "resid_pdrop", "embd_pdrop"}),
     "gemma": frozenset({"hidden_activation", "attention_bias", "use_bidirectional_attention"}),
 }
+
+
 def model_defining_keys(model_type: str) -> frozenset:
   """The ``config.json`` keys that describe a ``model_type`` decoder (read by the mapping)."""
   return _READ | _FAMILY_KEYS.get(model_type, frozenset())

@@ -139,9 +139,6 @@ class DecoderConfig:
     if self.query_scaling_length == 1 and self.query_scaling != "none":
       raise ValueError(f"query_scaling_length must be >= 2 for query_scaling="
                        f"{self.query_scaling!r} (log L divides), got 1")
-    if self.query_scaling == "logn" and self.query_scaling_length < 2:
-      raise ValueError("query_scaling_length must be >= 2 for query_scaling='logn' (log L "
-                       f"divides), got {self.query_scaling_length}")
     if self.query_scaling == "none" and self.query_scaling_length:
       raise ValueError(f"query_scaling_length={self.query_scaling_length} has no effect with "
                        "query_scaling='none'; set query_scaling='logn' or 'ssmax', or leave it 0")

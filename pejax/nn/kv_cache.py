@@ -51,6 +51,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from pejax.encodings import arg_checks
 from pejax.nn import kv_quantization
 
 EVICTIONS = ("none", "window", "sinks")
@@ -237,8 +238,7 @@ def init_kv_cache(*, num_layers: int, batch_size: int, max_length: int, num_kv_h
   for name, value in (("num_layers", num_layers), ("batch_size", batch_size),
                       ("max_length", max_length), ("num_kv_heads", num_kv_heads),
                       ("head_dim", head_dim)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    arg_checks.check_positive_int(name, value)
   feature_shapes = tuple(feature_shapes)
   if feature_shapes and len(feature_shapes) != num_layers:
     raise ValueError(f"feature_shapes must have one entry per layer (num_layers={num_layers}), "

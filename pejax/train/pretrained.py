@@ -120,8 +120,8 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   eval_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
                          title=f"{label}: perplexity vs length (original context {original})")
   text = "\n\n".join(text_parts)
-  json_file.write_text_atomic(
-      out_dir / "results.md", f"# Results\n\n`{meta['date']}`, pretrained {meta['pretrained']}\n\n```\n{text}\n```\n")
+  json_file.write_text_atomic(out_dir / "results.md", f"# Results\n\n`{meta['date']}`, "
+                              f"pretrained {meta['pretrained']}\n\n```\n{text}\n```\n")
   log("")
   log(text)
   log(f"\nwrote {out_dir}/results.md, results.json, results.csv, perplexity_vs_length.png in "

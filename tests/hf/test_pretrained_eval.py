@@ -47,7 +47,8 @@ class PretrainedEvalTest(absltest.TestCase):
     self.assertEqual(payload["meta"]["train_len"], 64)  # The checkpoint's context.
     # Per model token, over the checkpoint's context: no "bits/byte" or "x train" header.
     header = result.text.splitlines()[1]
-    self.assertRegex(header, r"\| eval len \| x context \| ppl nonoverlap \| bits/token nonoverlap \|")
+    self.assertRegex(header, r"\| eval len \| x context \| ppl nonoverlap \| "
+                             r"bits/token nonoverlap \|")
     self.assertRegex(result.text, r"\|\s+96 \|\s+1.5 \|")
     with self.assertRaisesRegex(experiment_config.ConfigError, "already exists"):
       pretrained.evaluate_pretrained(MODEL, config, name="e1", log=lambda line: None)
