@@ -200,8 +200,10 @@ class UsageErrorTest(parameterized.TestCase):
        "--study=nope: no such study; one of .*extrapolation"),
   )
   def test_usage_error(self, args, error, message):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
     with self.assertRaisesRegex(error, message):
-      _launch(*args, "--workdir=" + self.create_tempdir().full_path + "/run")
+      _launch(*args, f"--workdir={workdir}")
+    self.assertFalse(workdir.exists())  # Refused before any run directory is made.
 
   def test_workdir_under_a_file(self):
     file_path = self.create_tempfile().full_path

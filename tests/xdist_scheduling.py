@@ -6,9 +6,10 @@ included: the crash repeats on every replacement worker, and the finished scopes
 work units that are never marked complete, so the run waits forever (pytest-dev/pytest-xdist
 issues 1323, 1327, 1378; CI hit it on 2026-12-01 after a segmentation fault). A replacement
 worker given a single test also waits forever for a second one. This scheduler requeues only
-the unfinished tests of the crashed worker, the crashed test left out (xdist has already
-reported it failed, with the worker's output), and tops a worker up to more than two pending
-tests or shuts it down when nothing is left, so every worker can finish its queue. A
+the unfinished tests of the crashed worker (the crashed test once more, see below; after its
+second crash xdist reports it failed, with the worker's output, and it is left out), and tops a
+worker up to more than two pending tests or shuts it down when nothing is left, so every worker
+can finish its queue. A
 replacement worker is given work only once its own collection has arrived: xdist 3.8.0 raised
 KeyError in ``registered_collections`` when another worker's collection finished first (issue
 1189; a fresh-clone CI run here hit it on 2026-12-02). A worker that has just died (its last
@@ -18,11 +19,26 @@ INTERNALERROR that ends the session (seen in this repository's own crash test on
 Here the work stays assigned to the dead worker, and its crash, which xdist reports next,
 requeues it.
 
-Loaded by tests/conftest.py (the ``pytest_xdist_make_scheduler`` hook); no jax import, so a
-subprocess test can load it alone (tests/test_suite_setup.py).
+A test that crashes its worker is run once more, first in line, on a replacement worker
+started with ``PEJAX_TEST_RERUN_AFTER_CRASH`` set (tests/conftest.py then writes nothing to the
+persistent compilation cache in that worker: JAX's cache write, ``put_executable_and_time``, is
+where the crashes of 2026-12-02 and 2026-12-04 happened, at random, on cold caches). Only a
+second crash of the same test fails it. Every rerun is listed at the end of the run
+(``pytest_terminal_summary``), with the worker's own output (its faulthandler stack) printed by
+xdist where it happened, so a recovered crash is seen, not hidden.
+
+Loaded by tests/conftest.py (the ``pytest_xdist_make_scheduler`` and ``pytest_terminal_summary``
+hooks); no jax import, so a subprocess test can load it alone (tests/test_suite_setup.py).
 """
 
 from __future__ import annotations
+
+import os
+
+# Set in the controller's environment, which the replacement workers it starts inherit.
+RERUN_ENV = "PEJAX_TEST_RERUN_AFTER_CRASH"
+# Tests that crashed a worker once and were run again (controller process, this module).
+RERUNS: list[str] = []
 
 
 def _crash_safe_load_scope_scheduling():
@@ -31,31 +47,67 @@ def _crash_safe_load_scope_scheduling():
   class CrashSafeLoadScopeScheduling(LoadScopeScheduling):
     """LoadScopeScheduling whose crash recovery requeues only unfinished tests."""
 
+    def __init__(self, config, log=None):
+      super().__init__(config, log)
+      self.crashed_once: set[str] = set()  # Tests that have crashed a worker.
+      # Scopes holding a test to rerun, kept for the next worker started after the crash.
+      self.reruns: dict[str, dict[str, bool]] = {}
+      self.replacements: set = set()  # Workers started after a crash.
+
+    @property
+    def tests_finished(self) -> bool:
+      return not self.reruns and super().tests_finished
+
+    @property
+    def has_pending(self) -> bool:
+      return bool(self.reruns) or super().has_pending
+
+    def add_node(self, node):
+      super().add_node(node)
+      if self.crashed_once:
+        self.replacements.add(node)
+
     def remove_node(self, node):
       workload = self.assigned_work.pop(node)
+      self.replacements.discard(node)
       crashitem = next((nodeid for unit in workload.values()
                         for nodeid, done in unit.items() if not done), None)
       if crashitem is None:
         return None
+      rerun = crashitem not in self.crashed_once
+      self.crashed_once.add(crashitem)
       for scope, unit in workload.items():
-        if crashitem in unit:
+        if crashitem in unit and not rerun:
           unit[crashitem] = True  # Reported failed by xdist; never run again.
-        if not all(unit.values()):
+        if all(unit.values()):
+          continue
+        if crashitem in unit and rerun:
+          self.reruns[scope] = unit  # For the replacement worker, first thing.
+        else:
           self.workqueue[scope] = unit
+      if rerun:
+        os.environ[RERUN_ENV] = crashitem  # Inherited by the replacement worker.
+        RERUNS.append(crashitem)
       for other in self.assigned_work:
         self._reschedule(other)
-      return crashitem
+      return None if rerun else crashitem  # xdist reports a returned test as failed.
 
     def _reschedule(self, node):
       if node.shutting_down:
         return
       if node not in self.registered_collections:
         return  # A replacement still collecting: scheduled when its collection arrives.
+      if node in self.replacements:
+        while self.reruns:
+          scope, unit = next(iter(self.reruns.items()))
+          del self.reruns[scope]
+          if not self._send_unit(node, scope, unit):
+            return  # The worker is dead; its crash report requeues what it holds.
       # A worker runs a test once it holds the next one (or a shutdown): keep it above two.
       while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
         if not self._assign_work_unit(node):
           return  # The worker is dead; its crash report requeues what it holds.
-      if not self.workqueue:
+      if not self.workqueue and not self.reruns:
         _send_or_note_dead(node.shutdown)
 
     def _assign_work_unit(self, node):
@@ -64,11 +116,15 @@ def _crash_safe_load_scope_scheduling():
         scope, unit = self.workqueue.popitem(last=False)
         if all(unit.values()):
           continue  # Nothing left to run in it.
-        self.assigned_work.setdefault(node, {})[scope] = unit
-        collection = self.registered_collections[node]
-        indices = [collection.index(nodeid) for nodeid, done in unit.items() if not done]
-        return _send_or_note_dead(lambda: node.send_runtest_some(indices))
+        return self._send_unit(node, scope, unit)
       return True
+
+    def _send_unit(self, node, scope, unit):
+      """Sends the unfinished tests of ``unit``; ``False`` if ``node`` is dead."""
+      self.assigned_work.setdefault(node, {})[scope] = unit
+      collection = self.registered_collections[node]
+      indices = [collection.index(nodeid) for nodeid, done in unit.items() if not done]
+      return _send_or_note_dead(lambda: node.send_runtest_some(indices))
 
   return CrashSafeLoadScopeScheduling
 
@@ -86,3 +142,16 @@ def pytest_xdist_make_scheduler(config, log):
   if config.getvalue("dist") != "loadscope":
     return None  # xdist's own scheduler for the other modes.
   return _crash_safe_load_scope_scheduling()(config, log)
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Lists the tests that crashed a worker once and were run again (their outcome is above)."""
+  if not RERUNS:
+    return
+  terminalreporter.write_sep("=", f"{len(RERUNS)} test(s) crashed their worker and were rerun",
+                             yellow=True, bold=True)
+  for nodeid in RERUNS:
+    terminalreporter.write_line(
+        f"{nodeid}: crashed its worker once (its output and stack are printed above, at "
+        f"'node down'); run again in a replacement worker without persistent compilation-cache "
+        f"writes; the outcome reported is the rerun's")
