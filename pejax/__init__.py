@@ -125,10 +125,12 @@ _EXPORTS = {
     "load_run": "pejax.train.run_loading",
     "LoadedRun": "pejax.train.run_loading",
     "get_default_config": "pejax.experiment_config",
+    "describe_machine": "pejax.machine",
 }
 
 __getattr__, __dir__ = lazy_exports(
     __name__, _EXPORTS,
-    submodules=("data", "encodings", "eval", "experiment_config", "hf", "nn", "parallel", "train"))
+    submodules=("data", "encodings", "eval", "experiment_config", "hf", "nn", "parallel",
+                "provenance", "train"))
 
 __all__ = ("__version__", *_EXPORTS)

@@ -48,9 +48,10 @@ WATCH_LINES = 400
 # other (the acyclicity check keeps them honest). An import from a lower floor to a higher one
 # fails.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # Standard-library-only helpers: lazy package exports, the process environment, the machine.
+    # Standard-library-only helpers: lazy package exports, the process environment, the machine,
+    # provenance.
     ("foundation", ("pejax.json_file", "pejax.lazy_exports", "pejax.runtime_env", "pejax.machine",
-                    "pejax.one_line_parser")),
+                    "pejax.one_line_parser", "pejax.provenance")),
     # Pure functions: tables, rotations, biases, frequency scalings.
     ("encodings", ("pejax.encodings",)),
     # Mesh, logical axes, sharding, jax.distributed start.

@@ -22,11 +22,13 @@ from absl import flags
 from absl.testing import absltest
 from absl.testing import parameterized
 
+import jax
 import launch
 import pytest
 from pejax import compare
 from pejax import decoder_from_config
 from pejax import experiment_config
+from pejax import provenance
 from pejax.cli import pe_modules
 from pejax.train import experiment
 from pejax.train import run_directory
@@ -358,6 +360,13 @@ class RunRecordTest(absltest.TestCase):
   @pytest.mark.slow
   def test_outputs_final_numbers_loss_plot_and_tensorboard(self):
     results = json.loads((self.workdir / "results.json").read_text())
+    record = results["meta"]["provenance"]  # Where the numbers come from.
+    self.assertEqual(record["commit"], provenance.code_version(ROOT)["commit"])
+    if (ROOT / ".git").exists():  # A source checkout (CI's is a clone).
+      self.assertRegex(record["commit"], r"^[0-9a-f]{40}$")
+    self.assertEqual(record["versions"]["jax"], jax.__version__)
+    self.assertEqual(record["machine"], results["meta"]["machine"])
+    self.assertGreater(record["wall_time_s"], 0)
     final = results["meta"]["final"]
     self.assertEqual(final["train_window"], [3, 4])
     self.assertEqual(final["valid_step"], 4)

@@ -19,7 +19,7 @@ from absl import logging
 from experiments.image_grid import report
 from experiments.image_grid import study
 from experiments.image_grid import vit
-from pejax import machine
+from pejax import provenance
 from pejax import runtime_env
 
 _QUICK = flags.DEFINE_bool("quick", False, "One seed and few steps (about a minute on 2 CPUs).")
@@ -55,12 +55,16 @@ def main(argv):
       num_layers=_NUM_LAYERS.value,
   )
   start = time.perf_counter()
+  started = time.time()
   run = study.run_study(config, log=logging.info)
+  command = " ".join(["python -m experiments.image_grid"] + sys.argv[1:])
+  record = provenance.provenance(command=command, started=started)
   meta = {
-      "command": " ".join(["python -m experiments.image_grid"] + sys.argv[1:]),
+      "command": command,
       "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-      "machine": machine.describe_machine(),
+      "machine": record["machine"],
       "wall_seconds": time.perf_counter() - start,
+      "provenance": record,
   }
   paths = report.write_report(_WORKDIR.value, run, meta)
   print(report.format_table(run))

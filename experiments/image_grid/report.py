@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from experiments.image_grid import study
+from pejax import provenance
 
 _EVAL_TITLES = {
     "train_grid": "train grid {train}",
@@ -92,6 +93,8 @@ def format_report(run: dict, meta: dict) -> str:
       f"* date: {meta.get('date', '')}",
       f"* machine: {meta.get('machine', '')}",
       f"* wall time: {meta.get('wall_seconds', 0.0):.1f} s",
+      *([line.replace("- ", "* ", 1) for line in provenance.describe(meta["provenance"])]
+        if "provenance" in meta else []),
       "* files: `results.json` (per-seed numbers), `image_grid.png` (bar plot)",
       "",
   ])

@@ -24,7 +24,7 @@ from experiments.study import expectations
 from experiments.study import study_options
 from experiments.study import table_cells
 from experiments.study import trained_runs
-from pejax import machine
+from pejax import provenance
 
 
 class Report:
@@ -104,14 +104,21 @@ class Report:
       lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
     return "\n".join(lines) + "\n"
 
-  def markdown(self) -> str:
+  def provenance(self) -> Dict[str, Any]:
+    """The study's provenance record (pejax.provenance): commit, versions, machine, command."""
+    return provenance.provenance(command=self.options.command_line(), started=self.started)
+
+  def markdown(self, record: Mapping[str, Any] | None = None) -> str:
+    """The report; ``record`` is the provenance its header states (default: taken now)."""
+    record = record if record is not None else self.provenance()
     elapsed = time.time() - self.started
     mode = "quick" if self.options.quick else "full"
     header = [f"# {self.title}", "",
               f"- command: `{self.options.command_line()}`",
               f"- mode: {mode}",
               f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-              f"- machine: {machine.describe_machine()}",
+              f"- machine: {record['machine']}",
+              *provenance.describe(record),
               f"- study wall time: {elapsed / 60:.1f} min (models reused from earlier runs "
               "are not retrained)"]
     if self.runs:
@@ -127,10 +134,12 @@ class Report:
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "report.md"
-    path.write_text(self.markdown())
+    record = self.provenance()
+    path.write_text(self.markdown(record))
     payload = {"study": self.study, "title": self.title,
                "mode": "quick" if self.options.quick else "full",
-               "command": self.options.command_line(), "machine": machine.describe_machine(),
+               "command": self.options.command_line(), "machine": record["machine"],
+               "provenance": record,
                "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
                "wall_time_s": time.time() - self.started,
                "indicative": self.indicative,

@@ -48,6 +48,7 @@ from pejax import decoder_from_config
 from pejax import json_file
 from pejax import machine
 from pejax import parallel
+from pejax import provenance
 from pejax.eval import run_evaluation
 from pejax.eval import tensorboard_curves
 from pejax.eval import unigram_baseline
@@ -297,12 +298,16 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
   """Evaluates ``model`` into ``out_dir`` and records the evaluation in the run directory."""
   train_len = int(config.data.train_len)
   final = run_directory.final_numbers(workdir)
+  machine_line = machine.describe_machine()
   meta = {"pe": config.pe.name, "data": str(config.data.name), "train_len": train_len,
-          "steps": step, "params": num_params, "machine": machine.describe_machine(),
+          "steps": step, "params": num_params, "machine": machine_line,
           "date": time.strftime("%Y-%m-%d %H:%M"), "label": config.pe.name,
           "run": workdir.name,
           "evaluation": name or ("results" if out_dir == workdir else out_dir.name), "final": final,
-          "eval_config": run_directory.eval_settings(config)}
+          "eval_config": run_directory.eval_settings(config),
+          # Commit, versions, command and wall time of the process that wrote this evaluation
+          # (training may have been resumed by others; metrics.jsonl holds their times).
+          "provenance": provenance.provenance(started=started, machine=machine_line)}
   header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} steps={step}\n"
             + run_directory.describe_final_numbers(final, train_len=train_len, unigram=unigram))
   evaluation = run_evaluation.evaluate_and_write(

@@ -12,6 +12,7 @@ from experiments import extrapolation
 from experiments.study import expectations
 from experiments.study import pe_capabilities
 from experiments.study import study_options
+from pejax import provenance
 
 L = 32
 
@@ -119,6 +120,13 @@ class SmokeTest(absltest.TestCase):
                        b"\x89PNG")
     payload = json.loads((tmp / "report" / "results.json").read_text())
     self.assertEqual(payload["verdicts"][0]["status"], expectations.HELD)
+    # Provenance in the record and the report's header.
+    record = payload["provenance"]
+    self.assertEqual(record["commit"], provenance.code_version()["commit"])
+    self.assertEqual(record["command"], payload["command"])
+    self.assertIn("- versions: python ", report)
+    self.assertIn(f"commit `{record['commit'][:12]}`" if record["commit"] else "- code: ",
+                  report)
     learned = results["summary"]["learned"]["nonoverlap"]
     self.assertIsNotNone(learned[str(L)]["mean"])
     self.assertIsNone(learned[str(2 * L)]["mean"])  # Past the table: n/a, not a number.
