@@ -248,6 +248,14 @@ def verdicts(zero: Mapping[str, Mapping[int, Optional[float]]],
         f"fine-tuned YaRN perplexity at {finetune_len} <= {YARN_MATCH} x fine-tuned PI's",
         f"YaRN {table_cells.fmt(y)}, PI {table_cells.fmt(p)}",
         lambda: y <= YARN_MATCH * p))
+  if "yarn" in tuned and "none" in tuned:
+    y, plain = tuned["yarn"].get(finetune_len), tuned["none"].get(finetune_len)
+    out.append(expectations.verdict(
+        "Control: fine-tuned YaRN beats the same fine-tune without any scaling (the gain is the "
+        "scaling's, not the fine-tune's; Peng et al. 2023 compare scalings, not this control)",
+        f"fine-tuned YaRN perplexity at {finetune_len} < the unscaled fine-tune's",
+        f"YaRN {table_cells.fmt(y)}, unscaled {table_cells.fmt(plain)}",
+        lambda: y < plain))
   if "linear" in tuned and "none" in zero:
     p, base = tuned["linear"].get(finetune_len), zero["none"].get(train_len)
     out.append(expectations.verdict(

@@ -322,11 +322,12 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
       out.append(expectations.verdict(
           f"Zero-shot, {who} retrieves beyond L better than no scaling and PI",
           f"mean accuracy over lengths > L: every seed of {name} above every seed of none and "
-          f"of linear, medians >= {BETTER_BY} apart",
+          f"of linear, medians >= {BETTER_BY} apart (every seed of all three at 0: not "
+          "measurable, floor)",
           seed_comparison.describe({k: beyond_l[k] for k in (name, "none", "linear")}),
           lambda name=name: None if not retrieves else seed_comparison.compare(
               {name: beyond_l[name]}, {"none": beyond_l["none"], "linear": beyond_l["linear"]},
-              margin=BETTER_BY), note=note, note_if_not_held=seed_comparison.why_not(
+              margin=BETTER_BY, floor=0.0), note=note, note_if_not_held=seed_comparison.why_not(
                   {name: beyond_l[name]}, {"none": beyond_l["none"],
                                            "linear": beyond_l["linear"]}, margin=BETTER_BY)))
   ft_at, ft_beyond = numbers["ft_at"], numbers["ft_beyond"]
@@ -348,12 +349,27 @@ def verdicts(numbers: Mapping[str, Mapping[str, Any]], settings: Settings, *,
         "Fine-tuned YaRN extrapolates beyond its fine-tuning length better than fine-tuned PI "
         "(Peng et al. 2023)",
         f"accuracy beyond {settings.finetune_multiplier}L: every seed of yarn above every seed "
-        f"of linear, medians >= {BETTER_BY} apart",
+        f"of linear, medians >= {BETTER_BY} apart (every seed of both at 0: not measurable, "
+        "floor)",
         seed_comparison.describe({k: ft_beyond[k] for k in ("yarn", "linear")}),
         lambda: None if not retrieves else seed_comparison.compare(
-            {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY),
+            {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY,
+            floor=0.0),
         note=note, note_if_not_held=seed_comparison.why_not(
             {"yarn": ft_beyond["yarn"]}, {"linear": ft_beyond["linear"]}, margin=BETTER_BY)))
+  if "yarn" in ft_beyond and "none" in ft_beyond:
+    out.append(expectations.verdict(
+        "Control: fine-tuned YaRN retrieves beyond its fine-tuning length better than the same "
+        "fine-tune without any scaling (the gain is the scaling's, not the fine-tune's)",
+        f"accuracy beyond {settings.finetune_multiplier}L: every seed of yarn above every seed "
+        f"of the unscaled fine-tune, medians >= {BETTER_BY} apart (every seed of both at 0: not "
+        "measurable, floor)",
+        seed_comparison.describe({k: ft_beyond[k] for k in ("yarn", "none")}),
+        lambda: None if not retrieves else seed_comparison.compare(
+            {"yarn": ft_beyond["yarn"]}, {"none": ft_beyond["none"]}, margin=BETTER_BY,
+            floor=0.0),
+        note=note, note_if_not_held=seed_comparison.why_not(
+            {"yarn": ft_beyond["yarn"]}, {"none": ft_beyond["none"]}, margin=BETTER_BY)))
   return out
 
 

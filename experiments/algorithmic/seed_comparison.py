@@ -19,23 +19,29 @@ MARGIN = 0.02  # Medians must differ by at least this much on top of separated s
 
 
 def compare(winners: Mapping[str, Mapping[str, Any]], losers: Mapping[str, Mapping[str, Any]],
-            *, margin: float = MARGIN) -> Optional[bool]:
+            *, margin: float = MARGIN, floor: Optional[float] = None) -> Any:
   """Whether every winner beats every loser beyond the seed spread.
 
   Args:
     winners: label -> spread (:func:`~experiments.study.seed_statistics.spread`) of the compared number, higher is better.
     losers: the same for the expected losers.
     margin: the least difference of medians.
+    floor: the value at which the measurement cannot tell variants apart (0 for an exact-match
+      accuracy); when every seed of every side is at or below it the claim is not measurable.
 
   Returns:
     ``True`` when for each pair the winner's smallest seed value is above the loser's largest
     and the medians differ by ``margin``; ``False`` otherwise (:func:`why_not` says why);
-    ``None`` when a side has no value.
+    ``None`` when a side has no value; :data:`~experiments.study.expectations.AT_FLOOR` when
+    every seed of both sides is at the floor (the verdict then says "not measurable (floor)"
+    and counts neither way).
   """
   present = lambda side: {k: s for k, s in side.items() if s and s.get("median") is not None}
   won, lost = present(winners), present(losers)
   if not won or not lost:
     return None
+  if floor is not None and all(s["max"] <= floor for s in [*won.values(), *lost.values()]):
+    return expectations.AT_FLOOR
   return not why_not(won, lost, margin=margin)
 
 
@@ -128,15 +134,17 @@ def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
       expectation,
       f"every seed of each of {', '.join(winners)} above every seed of each of "
       f"{', '.join(losers)} ({key.replace('_', ' ')} exact match, seeds that fit; a variant "
-      f"that fit in no majority counts its unfit seeds 0) and medians >= {MARGIN:g} apart",
+      f"that fit in no majority counts its unfit seeds 0) and medians >= {MARGIN:g} apart; "
+      "every seed of both sides at 0: not measurable (floor)",
       describe({**won, **lost}) or "no model was trained",
-      lambda: compare(won, lost), note=note, note_if_not_held=why_not(won, lost))
+      lambda: compare(won, lost, floor=0.0), note=note, note_if_not_held=why_not(won, lost))
 
 
 def spread_verdict(expectation: str, winners: Mapping[str, Mapping[str, Any]],
                    losers: Mapping[str, Mapping[str, Any]], criterion: str,
-                   note: str = "") -> expectations.Verdict:
-  """A claim on already computed spreads (e.g. suite means, MRR), checked by :func:`compare`."""
+                   note: str = "", floor: Optional[float] = None) -> expectations.Verdict:
+  """A claim on already computed spreads (e.g. suite means, MRR), checked by :func:`compare`
+  (``floor``: the value every seed of both sides must exceed for the claim to be measurable)."""
   return expectations.verdict(expectation, criterion, describe({**winners, **losers}),
-                              lambda: compare(winners, losers), note=note,
+                              lambda: compare(winners, losers, floor=floor), note=note,
                               note_if_not_held=why_not(winners, losers))

@@ -97,11 +97,15 @@ class Report:
     if notes:
       lines += ["", "Notes:", ""] + notes
     held = sum(v.held is True for v in self.verdicts)
+    floors = sum(v.status == expectations.FLOOR for v in self.verdicts)
+    counted = len(self.verdicts) - floors  # At the floor: counted neither way.
+    floor_text = (f" ({floors} not measurable at the floor, counted neither way)"
+                  if floors else "")
     if self.indicative:
-      lines += ["", f"Indicative only ({self.indicative}): {held} of {len(self.verdicts)} "
-                f"expectations pointed the expected way; {self.decided_by} decides."]
+      lines += ["", f"Indicative only ({self.indicative}): {held} of {counted} "
+                f"expectations pointed the expected way{floor_text}; {self.decided_by} decides."]
     else:
-      lines += ["", f"{held} of {len(self.verdicts)} expectations held at this scale."]
+      lines += ["", f"{held} of {counted} expectations held at this scale{floor_text}."]
     return "\n".join(lines) + "\n"
 
   def provenance(self) -> Dict[str, Any]:

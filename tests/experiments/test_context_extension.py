@@ -42,6 +42,17 @@ class VerdictTest(absltest.TestCase):
     tuned = {"linear": {4 * L: 12.0}, "yarn": {4 * L: 13.0}}  # YaRN > 1.02 x PI; PI > 1.1 x base.
     self.assertEqual(_statuses(zero, tuned), [expectations.NOT_HELD] * 4)
 
+  def test_the_unscaled_fine_tune_control_is_a_verdict(self):
+    # The control of issue 45: YaRN's fine-tune against the same fine-tune without scaling.
+    control = lambda tuned: [v for v in context_extension.verdicts(
+        ZERO, tuned, train_len=L, finetune_len=4 * L) if v.expectation.startswith("Control")]
+    (held,) = control({**TUNED, "none": {4 * L: 9.9}})
+    self.assertEqual(held.status, expectations.HELD)
+    self.assertEqual(held.measured, "YaRN 9.50, unscaled 9.90")
+    (tie,) = control({**TUNED, "none": {4 * L: 9.5}})  # A tie: the scaling added nothing.
+    self.assertEqual(tie.status, expectations.NOT_HELD)
+    self.assertEqual(control(TUNED), [])  # No control trained: no claim.
+
   def test_missing_perplexity_is_not_measurable(self):
     zero = {k: dict(v) for k, v in ZERO.items()}
     zero["dynamic"][4 * L] = None

@@ -59,6 +59,32 @@ class VerdictTest(absltest.TestCase):
     statuses = _statuses(curves)
     self.assertEqual(set(statuses.values()), {expectations.NOT_HELD}, statuses)
 
+  def test_a_claim_that_holds_on_the_mean_but_not_on_every_seed_does_not_hold(self):
+    # The reviewer's case (issue 45): sinusoidal x2.13 on the mean, 2 of 3 seeds below x2.
+    per_seed = {pe: [[{"mode": m, "length": n, "perplexity": ppl * f, "status": "ok"}
+                      for m in extrapolation.MODES for n, ppl in points.items()]
+                     for f in (1.0, 1.0, 1.0)] for pe, points in PUBLISHED.items()
+                if pe != "learned"}
+    sinusoidal_16x = (19.1, 19.3, 25.5)  # At L: 10.0 on each seed.
+    per_seed["sinusoidal"] = [
+        [{"mode": m, "length": n, "perplexity": 10.0 if n == L else ppl, "status": "ok"}
+         for m in extrapolation.MODES for n in (L, 16 * L)] for ppl in sinusoidal_16x]
+    summary = extrapolation.summarize(per_seed)
+    self.assertGreaterEqual(summary["sinusoidal"]["nonoverlap"][16 * L]["mean"] / 10.0, 2.0)
+    (v,) = [v for v in extrapolation.verdicts(summary, train_len=L, max_len=16 * L, bounded={})
+            if v.expectation.startswith("Sinusoidal")]
+    self.assertEqual(v.status, expectations.NOT_HELD)
+    self.assertIn("seeds x1.91, x1.93, x2.55", v.measured)
+    # T5 better than RoPE on two seeds of three, far worse on the third: seeds split.
+    per_seed["t5"] = [[{"mode": m, "length": n, "perplexity": 10.0 if n == L else ppl,
+                        "status": "ok"} for m in extrapolation.MODES for n in (L, 16 * L)]
+                      for ppl in (14.0, 14.0, 90.0)]
+    (t5,) = [v for v in extrapolation.verdicts(extrapolation.summarize(per_seed), train_len=L,
+                                               max_len=16 * L, bounded={})
+             if v.expectation.startswith("The T5 bias")]
+    self.assertEqual(t5.status, expectations.NOT_HELD)
+    self.assertIn("seeds split", t5.measured)
+
   def test_missing_numbers_are_not_measurable(self):
     curves = {"alibi": {L: 10.0, 16 * L: None}}
     (v,) = extrapolation.verdicts(_summary(curves), train_len=L, max_len=16 * L)

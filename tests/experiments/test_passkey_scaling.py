@@ -64,6 +64,32 @@ class VerdictTest(absltest.TestCase):
         by_claim["Zero-shot, YaRN (Peng et al. 2023) retrieves beyond L better than no scaling "
                  "and PI"], expectations.NOT_HELD)
 
+  def test_zero_against_zero_is_not_measurable_and_the_control_is_a_verdict(self):
+    # Issue 45: both sides at 0 beyond the fine-tune length is the floor, not "did not hold";
+    # the unscaled fine-tune is a control with its own verdict.
+    numbers = _numbers(_s(1.0, 0.95, 0.97), _s(0.0, 0.0, 0.0), _s(0.0, 0.0, 0.0),
+                       _s(0.0, 0.0, 0.0), _s(0.7, 0.8, 0.75), _s(0.8, 0.9, 0.85),
+                       _s(0.95, 1.0, 0.92), _s(1.0, 1.0, 0.97), _s(0.0, 0.0, 0.0),
+                       _s(0.0, 0.0, 0.0))
+    numbers["ft_beyond"]["none"] = _s(0.0, 0.0, 0.0)
+    by_claim = {v.expectation: v for v in passkey_scaling.verdicts(numbers, SETTINGS)}
+    ntk = by_claim["Zero-shot, NTK-aware (bloc97 2023) retrieves beyond L better than no "
+                   "scaling and PI"]
+    self.assertEqual(ntk.status, expectations.FLOOR)
+    yarn_vs_pi = [v for k, v in by_claim.items() if k.startswith("Fine-tuned YaRN")]
+    self.assertEqual([v.status for v in yarn_vs_pi], [expectations.FLOOR])
+    (control,) = [v for k, v in by_claim.items() if k.startswith("Control")]
+    self.assertEqual(control.status, expectations.FLOOR)
+    # One side above the floor: decided.
+    numbers["ft_beyond"]["yarn"] = _s(0.5, 0.6, 0.7)
+    (control,) = [v for v in passkey_scaling.verdicts(numbers, SETTINGS)
+                  if v.expectation.startswith("Control")]
+    self.assertEqual(control.status, expectations.HELD)
+    numbers["ft_beyond"]["none"] = _s(0.5, 0.6, 0.7)  # The control ties YaRN.
+    (control,) = [v for v in passkey_scaling.verdicts(numbers, SETTINGS)
+                  if v.expectation.startswith("Control")]
+    self.assertEqual(control.status, expectations.NOT_HELD)
+
   def test_no_retrieval_at_l_leaves_extension_unjudged(self):
     numbers = _numbers(_s(0.5, 0.95, 1.0), *[_s(0.5)] * 9)
     out = passkey_scaling.verdicts(numbers, SETTINGS)
