@@ -290,6 +290,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
   reuse = [] if options.runs_dir else [options.models_dir(extrapolation.STUDY)]
   report = markdown_report.Report("RoPE context extension: zero-shot scalings and fine-tuning",
                                study=STUDY, options=options)
+  report.models_per_arm(len(settings.seeds))
   log(f"{STUDY}: RoPE at L={settings.train_len}, {settings.steps} steps, seeds "
       f"{list(settings.seeds)}; eval {settings.lengths}; fine-tune at {settings.finetune_len} for "
       f"{settings.finetune_steps} steps")

@@ -422,6 +422,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
   workdir = options.report_dir(STUDY)
   report = markdown_report.Report("Length extrapolation of positional encodings", study=STUDY,
                                options=options)
+  report.models_per_arm(len(settings.seeds))
   log(f"{STUDY}: {len(settings.pes)} PEs x {len(settings.seeds)} seeds, L={settings.train_len}, "
       f"{settings.steps} steps, eval {settings.lengths}; models in {runs_dir}")
   per_seed: Dict[str, List[list]] = {}

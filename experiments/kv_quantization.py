@@ -200,6 +200,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       f"{settings.train_len}); cache dtypes {list(settings.dtypes)} at {settings.lengths}")
   models = streaming_llm.train_models(options, pes=settings.pes, log=log)
   report.add_runs([info for _, info in models.values()])
+  report.models_per_arm(1)  # The streaming_llm models: one per PE.
   valid = trained_runs.load_corpus(str(base.data.name)).valid
   table: Dict[str, Dict[int, Dict[str, Dict[str, Any]]]] = {}
   for pe, (config, info) in models.items():

@@ -686,6 +686,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       f"stream {settings.stream_tokens} tokens through {settings.cache_size} slots")
   models = train_models(options, pes=settings.pes, log=log)
   report.add_runs([info for _, info in models.values()])
+  report.models_per_arm(1)  # One model per PE.
   text = stream_text(trained_runs.load_corpus(str(base.data.name)).valid, settings.stream_tokens)
   summary, seconds, sink_mass, agreement = {}, {}, {}, {}
   for pe, (config, info) in models.items():

@@ -105,6 +105,7 @@ def run(options: study_options.StudyOptions, *, pes: Sequence[str] = PES,
   reuse = [] if options.runs_dir else [options.models_dir(extrapolation.STUDY)]
   report = markdown_report.Report("Training curves: sinusoidal vs RoPE vs ALiBi", study=STUDY,
                                options=options)
+  report.models_per_arm(len(seeds))
   unigram = trained_runs.unigram_loss(str(base.data.name))
   train_curves, eval_curves, runs = {}, {}, {}
   for pe in pes:

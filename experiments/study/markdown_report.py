@@ -51,6 +51,16 @@ class Report:
     # Who decides the indicative verdicts (the last line of the verdict section).
     self.decided_by = "the full run (3 seeds, to convergence)"
 
+  def models_per_arm(self, count: int) -> None:
+    """Labels the verdicts indicative when each compared arm rests on one model.
+
+    One model per arm has no seed spread, so no verdict of it can be more than indicative
+    (issue 45); a quick run keeps its own label.
+    """
+    if count <= 1 and not self.indicative:
+      self.indicative = "one model per arm, no seed spread"
+      self.decided_by = "a run with several seeds per arm"
+
   def add_runs(self, runs: Sequence[trained_runs.RunInfo]) -> None:
     """Records the trained models (their training time goes into the header)."""
     self.runs.extend(runs)

@@ -113,3 +113,17 @@ def test_the_algorithmic_comparison_calls_zero_against_zero_the_floor():
   assert seed_comparison.compare({"a": some}, {"b": zeros}, floor=0.0) is False  # Overlap.
   v = seed_comparison.spread_verdict("a beats b", {"a": zeros}, {"b": zeros}, "c", floor=0.0)
   assert v.status == expectations.FLOOR and v.note == ""
+
+
+def test_one_model_per_arm_is_indicative():
+  report = markdown_report.Report("T", study="x", options=study_options.StudyOptions())
+  report.models_per_arm(3)
+  assert report.indicative == ""
+  report.models_per_arm(1)
+  report.add_verdict(expectations.verdict("claim", "c", "m", lambda: True))
+  text = report.verdict_section()
+  assert "indicative (one model per arm, no seed spread): held" in text
+  assert "a run with several seeds per arm decides" in text
+  quick = markdown_report.Report("T", study="x", options=study_options.StudyOptions(quick=True))
+  quick.models_per_arm(1)
+  assert quick.indicative == "quick mode"  # Its own label stays.
