@@ -4,6 +4,7 @@
 * The extrapolation table is ``experiments/results/extrapolation/results.json``'s summary, cell
   by cell, and the degradation ratios quoted beside it are computed from the same means.
 * Each "N of M" of the other studies is the count of held verdicts in that study's results.json.
+* A cited report whose results.json records no provenance (commit, versions) is called stale.
 
 A study re-run that changes a number makes this test fail until the README says the new one.
 """
@@ -97,13 +98,32 @@ class ExtrapolationTableTest(absltest.TestCase):
 class StudyCountsTest(absltest.TestCase):
 
   def test_each_held_count_is_the_studys_record(self):
-    counts = re.findall(r"(\d+) of (\d+)\s*\n?\s*\(\[report\]\(experiments/results/(\w+)/report\.md",
-                        _section("Other studies"))
+    counts = re.findall(r"(\d+) of (\d+)(?:,\s*stale)?\s*\(\[report\]\(experiments/results/(\w+)/"
+                        r"report\.md", _section("Other studies"))
     self.assertGreaterEqual(len(counts), 8)
     for held, total, study in counts:
       verdicts = json.loads((RESULTS / study / "results.json").read_text())["verdicts"]
       self.assertEqual((int(held), int(total)),
                        (sum(v.get("held") is True for v in verdicts), len(verdicts)), study)
+
+
+class StalenessTest(absltest.TestCase):
+
+  def test_a_report_without_provenance_is_called_stale_where_the_readme_cites_it(self):
+    # Issue 45: a committed record that does not say which commit produced it is "stale" in
+    # every README paragraph or list item that cites it, until a re-run replaces it.
+    text = _section("Results") + _section("Other studies")
+    items = re.split(r"\n(?=- )|\n\n", text)
+    cited = 0
+    for item in items:
+      for study in re.findall(r"experiments/results/(\w+)/report\.md", item):
+        cited += 1
+        record = json.loads((RESULTS / study / "results.json").read_text())
+        has_provenance = bool(record.get("provenance") or record.get("meta", {}).get(
+            "provenance"))
+        if not has_provenance:
+          self.assertIn("stale", item, f"{study} has no provenance: {item!r}")
+    self.assertGreaterEqual(cited, 10)
 
 
 if __name__ == "__main__":
