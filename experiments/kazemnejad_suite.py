@@ -11,8 +11,9 @@ their mean reciprocal rank (MRR) over tasks: on each task the PEs are ranked by 
 (5 PEs): NoPE 0.69, T5 0.55, ALiBi 0.50, RoPE 0.33, absolute (APE) 0.22.
 
 Here the MRR is computed per seed (ranks on each task among the five published PEs: ``none``,
-``t5``, ``alibi``, ``rope``, ``sinusoidal`` for APE; a task a seed did not fit counts as 0 OOD
-accuracy), then summarized over seeds; the MRR among every registered PE is reported too.
+``t5``, ``alibi``, ``rope``, ``sinusoidal`` for APE; each model with the OOD accuracy it
+measured, fit or not; a task where no PE of a seed scores above chance ranks nothing), then
+summarized over seeds; the MRR among every registered PE is reported too.
 Tasks (:mod:`pejax.data`): copy / reverse (lowercase strings), addition (decimal,
 most-significant digit first), sort_digits, sum_digits (mod 10), parity (binary).
 
@@ -29,6 +30,7 @@ import ml_collections
 
 from experiments.algorithmic import convergence
 from experiments.algorithmic import seed_comparison
+from experiments.algorithmic import scoring
 from experiments.algorithmic import suite_study
 from experiments.algorithmic import sweep
 from experiments.study import expectations
@@ -90,19 +92,28 @@ def reciprocal_ranks(scores: Mapping[str, float]) -> Dict[str, float]:
 
 
 def mrr(settings: sweep.Settings, outcomes, variants: Sequence[str]) -> Dict[str, Any]:
-  """variant -> spread over seeds of its mean reciprocal rank over tasks among ``variants``."""
-  per_seed: Dict[str, List[float]] = {v: [] for v in variants}
+  """variant -> spread over seeds of its mean reciprocal rank over tasks among ``variants``.
+
+  Each model enters with the OOD accuracy it measured, fit or not (issue 45). A task where no
+  variant of a seed scores above the task's chance level (:func:`scoring.chance_level`) ranks
+  nothing: it is left out of that seed's mean (before, such a task tied every variant at rank 1
+  and added 1 / (number of tasks) to every MRR). A seed with no task left has no MRR.
+  """
+  chance = {spec.name: scoring.chance_level(spec, metric=settings.metric) or 0.0
+            for spec in settings.tasks}
+  per_seed: Dict[str, List[Optional[float]]] = {v: [] for v in variants}
   for seed in settings.seeds:
     sums = {v: 0.0 for v in variants}
+    ranked = 0
     for spec in settings.tasks:
-      scores = {}
-      for v in variants:
-        agg = outcomes[(spec.name, v, seed)].aggregate
-        scores[v] = agg["ood"] if outcomes[(spec.name, v, seed)].fit.fit else 0.0
+      scores = {v: outcomes[(spec.name, v, seed)].aggregate.get("ood") or 0.0 for v in variants}
+      if all(score <= chance[spec.name] for score in scores.values()):
+        continue  # At the floor: the task cannot rank the variants.
+      ranked += 1
       for v, rr in reciprocal_ranks(scores).items():
         sums[v] += rr
     for v in variants:
-      per_seed[v].append(sums[v] / len(settings.tasks))
+      per_seed[v].append(sums[v] / ranked if ranked else None)
   return {v: seed_statistics.spread(values) for v, values in per_seed.items()}
 
 
@@ -138,9 +149,10 @@ def extra(report: markdown_report.Report, summary, settings: sweep.Settings,
   ranks5 = mrr(settings, outcomes, five) if five else {}
   ranks_all = mrr(settings, outcomes, [v for v in settings.variants
                                        if not sweep.parse_variant(v)[1]])
-  report.section("Mean reciprocal rank", "Ranks per task by OOD exact match (unfit seeds "
-                 "count 0; ties share the better rank, so a task where every PE scores 0 gives "
-                 "each rank 1), MRR per seed, median [min-max] over seeds.")
+  report.section("Mean reciprocal rank", "Ranks per task by OOD exact match as measured (fit "
+                 "or not; ties share the better rank; a task where no PE of a seed scores above "
+                 "chance is left out of that seed's mean), MRR per seed, median [min-max] over "
+                 "seeds.")
   if five:
     report.table(["PE", "MRR (measured, among the five)", "MRR (published)"],
                  [[v, table_cells.median_cell(ranks5[v], 2), f"{PUBLISHED_MRR[v]:.2f}"] for v in

@@ -35,8 +35,10 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 import ml_collections
+import numpy as np
 
 from experiments.algorithmic import convergence
+from experiments.algorithmic import scoring
 from experiments.algorithmic import seed_comparison
 from experiments.algorithmic import seed_summary
 from experiments.algorithmic import suite_study
@@ -44,6 +46,7 @@ from experiments.algorithmic import sweep
 from experiments.study import expectations
 from experiments.study import pe_capabilities
 from experiments.study import study_options
+from experiments.study import table_cells
 from pejax import runtime_env
 
 STUDY = "ruoss_suite"
@@ -95,6 +98,8 @@ def settings_for(options: study_options.StudyOptions,
 def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.Verdict]:
   """Per PE: its randomized variant's suite-mean OOD beats the plain one's beyond the seeds."""
   out = []
+  chance = float(np.mean([scoring.chance_level(spec, metric=settings.metric) or 0.0
+                          for spec in settings.tasks])) if settings.tasks else 0.0
   for v in settings.variants:
     plain, randomized = sweep.parse_variant(v)
     if not randomized or plain not in settings.variants:
@@ -105,8 +110,9 @@ def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.V
         {v: seed_summary.suite_mean(settings, outcomes, v)},
         {plain: seed_summary.suite_mean(settings, outcomes, plain)},
         f"every seed of {v} above every seed of {plain} (mean OOD {settings.metric_label} over "
-        f"the {len(settings.tasks)} tasks, unfit = 0) and medians >= "
-        f"{seed_comparison.MARGIN:g} apart"))
+        f"the {len(settings.tasks)} tasks, each model as measured, fit or not) and medians >= "
+        f"{seed_comparison.MARGIN:g} apart; both at or below the tasks' mean chance level "
+        f"({table_cells.fmt(chance, 3)}): not measurable (floor)", floor=chance))
   return out
 
 

@@ -5,8 +5,11 @@ and writes, between the markers ``<!-- leaderboard:start -->`` and ``<!-- leader
 of ``experiments/results/README.md`` (its report links are relative to that directory), one row
 per PE variant and one column per task family: the mean out-of-distribution exact match over the
 family's tasks (or the metric a column names: the Ruoss tasks are scored per token, as in the
-paper), median [min-max] over seeds (a task a seed did not fit counts 0). Each column names the
-run it comes from (mode, seeds, step cap), so quick-mode numbers are never mistaken for full runs.
+paper), median [min-max] over seeds. Only full runs give cells (issue 45): a quick run is named
+under the table, not shown in it. Each column names the run it comes from (seeds, step cap,
+date, commit) and its view: "raw" (every trained seed with the accuracy it measured, fit or not)
+for records written since the scoring views, "trainability" (a task a seed did not fit counts 0)
+for the records before them.
 """
 
 from __future__ import annotations
@@ -40,21 +43,32 @@ def load(results_dir: pathlib.Path, studies: Sequence[str] = STUDIES) -> List[Di
 
 def table(payloads: Sequence[Mapping[str, Any]]) -> str:
   """The markdown table (and a line per column saying which run it comes from)."""
-  columns, notes = [], []
+  columns, notes, left_out = [], [], []
   for p in payloads:
+    if p.get("mode") != "full":
+      left_out.append(f"`{p['study']}` ({p.get('mode')} run, {p.get('date')}: indicative, not "
+                      f"shown; [report]({p['study']}/report.md))")
+      continue
     settings = p["results"]["settings"]
     recipe = settings["recipe"]
     metric = settings.get("metric", "exact_match")
+    view = ("raw: every seed as measured, fit or not"
+            if "leaderboard_trainability" in p["results"]
+            else "trainability: a task a seed did not fit counts 0 (recorded before the raw view)")
+    commit = (p.get("provenance") or {}).get("commit")
     for family, board in p["results"]["leaderboard"].items():
       if metric != "exact_match":  # The column says it is not the table's exact match.
         family = f"{family} ({sweep.METRICS[metric]})"
       columns.append((family, board))
-      notes.append(f"- {family}: `{p['study']}` {p['mode']} run, {len(settings['seeds'])} "
+      notes.append(f"- {family}: `{p['study']}` full run, {len(settings['seeds'])} "
                    f"seed(s), training to >= {recipe['fit_threshold']:g} in-distribution or "
                    + seed_comparison.cap_text(recipe["max_steps"], settings.get("rescue_steps", 0))
-                   + ", "
-                   f"{p['date']} "
+                   + f", {p['date']}, "
+                   + (f"commit {commit[:12]}" if commit else "commit not recorded (stale)")
+                   + f"; view {view} "
                    f"([report]({p['study']}/report.md))")  # Relative to experiments/results/.
+  if left_out:
+    notes.append("- not shown: " + "; ".join(left_out))
   variants: List[str] = []
   for _, board in columns:
     variants += [v for v in board if v not in variants]

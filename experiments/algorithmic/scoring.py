@@ -59,6 +59,46 @@ def accuracy_by_size(model, spec: sweep.TaskSpec, *, examples: int, seed: int, t
   return out
 
 
+def chance_level(spec: sweep.TaskSpec, *, metric: str = "exact_match", examples: int = 64,
+                 seed: int = 0) -> Optional[float]:
+  """The accuracy of uniform guessing over the task's answer alphabet, out of distribution.
+
+  The alphabet is every scored answer byte of ``examples`` generated examples per OOD size; a
+  uniform guesser gets a byte right with probability ``1 / |alphabet|``, so its per-token
+  accuracy is that and its exact match the mean over examples of ``(1 / |alphabet|) ** n``
+  (``n`` scored bytes). A verdict on two variants both at or below this level is "not
+  measurable (floor)".
+
+  Args:
+    spec: the task.
+    metric: ``"exact_match"`` or ``"token_accuracy"``.
+    examples: generated examples per OOD size.
+    seed: their seed.
+
+  Returns:
+    The chance level (``None`` when the task has no OOD size).
+  """
+  if metric not in ("exact_match", "token_accuracy"):
+    raise ValueError(f"metric must be one of {sorted(sweep.METRICS)}, got {metric!r}")
+  from pejax import data as data_lib  # pylint: disable=g-import-not-at-top
+  task = data_lib.synthetic.get_task(spec.name)
+  rng = np.random.default_rng([seed, 7])
+  alphabet, lengths = set(), []
+  for size in spec.ood_sizes:
+    for _ in range(examples):
+      example = task.generate(rng, int(size))
+      scored = example.scored or [True] * len(example.answer)
+      answer = [b for b, keep in zip(example.answer, scored) if keep]
+      alphabet.update(answer)
+      lengths.append(len(answer))
+  if not lengths:
+    return None
+  guess = 1.0 / max(1, len(alphabet))
+  if metric == "token_accuracy":
+    return guess
+  return float(np.mean([guess ** n for n in lengths]))
+
+
 def evaluate(result: convergence.FitResult, config: ml_collections.ConfigDict, spec: sweep.TaskSpec,
              settings: sweep.Settings, *, randomized: bool) -> Dict[str, Dict[str, float]]:
   """Accuracy by size under each position protocol (cached in the model's directory)."""

@@ -1,8 +1,10 @@
 """Verdicts of the algorithmic studies: "A beats B" beyond the seed spread.
 
 A claim holds only when every seed of A is above every seed of B (the min-max ranges do not
-overlap) and the medians differ by at least :data:`MARGIN`. A variant that fit in no majority of
-its seeds still enters, with each seed that did not fit counted 0 out of distribution.
+overlap) and the medians differ by at least :data:`MARGIN`; when every seed of both sides is at
+the floor (chance), it is not measurable. The studies' verdicts take each trained seed with the
+accuracy it measured, fit or not (:func:`group_verdict`'s ``"raw"`` view); the
+``"trainability"`` view counts a seed that did not fit 0.
 """
 
 from __future__ import annotations
@@ -98,13 +100,19 @@ def cap_text(max_steps: int, rescue_steps: int = 0) -> str:
 
 def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
                   winners: Sequence[str], losers: Sequence[str], recipe: convergence.Recipe,
-                  *, key: str = "ood", rescue_steps: int = 0) -> expectations.Verdict:
+                  *, key: str = "ood", rescue_steps: int = 0,
+                  view: str = "raw") -> expectations.Verdict:
   """The claim "every winner beats every loser on ``key``", checked beyond the seed spread.
 
-  Variants that fit in a majority of their seeds enter with ``key`` over the seeds that fit;
-  the others with ``key`` over every seed, a seed that did not fit counted 0 (a model that did
-  not learn the task is given no credit beyond it). The note names them with how far they got
-  (their best held-out in-distribution accuracy), so the verdict is always measured.
+  Two views (issue 45; :mod:`~experiments.algorithmic.seed_summary`):
+
+  * ``"raw"`` (the studies' verdicts): every trained seed enters with the OOD accuracy it
+    measured, fit or not, so the verdict is about length generalization; the fit rates are
+    stated in the note. When every seed of both sides is at or below the task's chance level
+    (``entry["chance"]``, 0 when absent) the claim is not measurable (floor).
+  * ``"trainability"``: variants that fit in a majority of their seeds enter with ``key`` over
+    the seeds that fit; the others with ``key`` over every seed, a seed that did not fit counted
+    0 (a model that did not learn the task is given no credit beyond it).
 
   Args:
     expectation: the published claim.
@@ -114,22 +122,44 @@ def group_verdict(expectation: str, entries: Mapping[str, Mapping[str, Any]],
     recipe: the convergence recipe (for the note).
     key: the compared spread (``ood``, ``ood_2x`` or ``ood_far``).
     rescue_steps: the cap of the second runs (for the note), 0 for none.
+    view: ``"raw"`` or ``"trainability"``.
 
   Returns:
     The :class:`~experiments.study.expectations.Verdict`.
   """
-  unfit = [v for v in list(winners) + list(losers) if not seed_summary.comparable(entries[v])]
+  if view not in seed_summary.VIEWS:
+    raise ValueError(f"view must be one of {seed_summary.VIEWS}, got {view!r}")
+  variants = list(winners) + list(losers)
+  unfit = [v for v in variants if not seed_summary.comparable(entries[v])]
+  fit_text = ("did not fit (>= {threshold:g} held-out in-distribution within {cap}) in a "
+              "majority of seeds (best in-distribution: {best})").format(
+                  threshold=recipe.fit_threshold, cap=cap_text(recipe.max_steps, rescue_steps),
+                  best=", ".join(f"{v} {table_cells.median_cell(entries[v]['best_in_dist'], 3)}"
+                                 for v in unfit))
+  if view == "raw":
+    won = {v: entries[v].get(key + seed_summary.RAW) for v in winners}
+    lost = {v: entries[v].get(key + seed_summary.RAW) for v in losers}
+    chances = [entries[v]["chance"] for v in variants if entries[v].get("chance") is not None]
+    floor = max(chances) if chances else 0.0
+    note = (f"{', '.join(unfit)} {fit_text}; their seeds enter with the accuracy they measured."
+            if unfit else "")
+    criterion = (f"every seed of each of {', '.join(winners)} above every seed of each of "
+                 f"{', '.join(losers)} ({key.replace('_', ' ')} accuracy as measured, every "
+                 f"trained seed, fit or not) and medians >= {MARGIN:g} apart; every seed of both "
+                 f"sides at or below chance ({table_cells.fmt(floor, 3)}): not measurable "
+                 "(floor)")
+    return expectations.verdict(
+        expectation, criterion, describe({**won, **lost}) or "no model was trained",
+        lambda: compare(won, lost, floor=floor), note=note,
+        note_if_not_held=why_not(won, lost))
   pick = lambda v: (entries[v][key] if seed_summary.comparable(entries[v])
                     else entries[v][key + seed_summary.STRICT])
   won = {v: pick(v) for v in winners}
   lost = {v: pick(v) for v in losers}
   note = ""
   if unfit:
-    note = (f"{', '.join(unfit)} did not fit (>= {recipe.fit_threshold:g} held-out "
-            f"in-distribution within {cap_text(recipe.max_steps, rescue_steps)}) in a majority of "
-            "seeds (best in-distribution: " + ", ".join(
-                f"{v} {table_cells.median_cell(entries[v]['best_in_dist'], 3)}" for v in unfit)
-            + "); compared with every seed, a seed that did not fit counted 0.")
+    note = (f"{', '.join(unfit)} {fit_text}; compared with every seed, a seed that did not fit "
+            "counted 0.")
   return expectations.verdict(
       expectation,
       f"every seed of each of {', '.join(winners)} above every seed of each of "

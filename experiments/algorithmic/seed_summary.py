@@ -1,8 +1,14 @@
 """Summaries over the seeds of an algorithmic study: per (task, variant) and per suite.
 
-The OOD accuracy is summarized over the seeds that fit in-distribution; the ``_strict`` spreads
-and the suite means count a seed that did not fit as 0 (a model that did not learn the task is
-given no credit beyond it).
+Three views of the out-of-distribution (OOD) accuracy (issue 45: scoring an unfit model 0
+measures trainability, not length generalization):
+
+* raw (``_raw`` keys; the headline and the verdicts): every trained seed with the accuracy it
+  measured, fit or not, beside the task's chance level and the fit rate as its own number;
+* over the seeds that fit (the plain keys ``ood``, ``ood_2x``, ``ood_far``);
+* trainability (``_strict`` keys and :func:`suite_mean` with ``view="trainability"``): every
+  seed, a seed that did not fit counted 0 (a model that did not learn the task is given no
+  credit beyond it).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from experiments.study import seed_statistics
 
 
 STRICT = "_strict"  # Suffix of the spreads over every seed, unfit seeds counted 0.
+RAW = "_raw"  # Suffix of the spreads over every seed, each with the accuracy it measured.
+VIEWS = ("raw", "trainability")
 
 
 def summarize_variant(seeds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -39,6 +47,7 @@ def summarize_variant(seeds: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
   for key in scoring.OOD_KEYS:
     out[key] = seed_statistics.spread([s.get(key) for s in fitting])
     out[key + STRICT] = seed_statistics.spread([strict_value(s, key) for s in seeds])
+    out[key + RAW] = seed_statistics.spread([s.get(key) for s in seeds])
   return out
 
 
@@ -57,32 +66,45 @@ def comparable(entry: Optional[Mapping[str, Any]]) -> bool:
 
 def summaries(settings: sweep.Settings, outcomes: Mapping[tuple, model_runs.Outcome]) -> Dict[str,
                                                                                               Any]:
-  """task -> variant -> :func:`summarize_variant` (plus ``"records"``: the per-seed records)."""
+  """task -> variant -> :func:`summarize_variant` (plus ``"records"``: the per-seed records, and
+  ``"chance"``: the task's chance level out of distribution, :func:`scoring.chance_level`)."""
   out: Dict[str, Any] = {}
   for spec in settings.tasks:
     out[spec.name] = {}
+    chance = scoring.chance_level(spec, metric=settings.metric)
     for variant in settings.variants:
       records = [outcomes[(spec.name, variant, s)].record() for s in settings.seeds]
       entry = summarize_variant(records)
       entry["records"] = records
+      entry["chance"] = chance
       out[spec.name][variant] = entry
   return out
 
 
-def suite_mean(settings: sweep.Settings, outcomes: Mapping[tuple, model_runs.Outcome], variant: str
-               ) -> Dict[str, Any]:
-  """Spread over seeds of the mean OOD accuracy across the tasks (a task a seed did not fit
-  counts 0: a model that did not learn the task is given no credit beyond it)."""
+def suite_mean(settings: sweep.Settings, outcomes: Mapping[tuple, model_runs.Outcome], variant: str,
+               *, view: str = "raw") -> Dict[str, Any]:
+  """Spread over seeds of the mean OOD accuracy across the tasks.
+
+  Args:
+    settings: the sweep.
+    outcomes: the trained models.
+    variant: the variant.
+    view: ``"raw"`` (each task's accuracy as measured, fit or not) or ``"trainability"`` (a
+      task a seed did not fit counts 0).
+  """
+  if view not in VIEWS:
+    raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+  value = ((lambda r: r.get("ood")) if view == "raw" else strict_value)
   per_seed = []
   for seed in settings.seeds:
-    values = [strict_value(outcomes[(spec.name, variant, seed)].record()) or 0.0
+    values = [value(outcomes[(spec.name, variant, seed)].record()) or 0.0
               for spec in settings.tasks]
     per_seed.append(float(np.mean(values)))
   return seed_statistics.spread(per_seed)
 
 
-def leaderboard_entry(settings: sweep.Settings, outcomes: Mapping[tuple, model_runs.Outcome]
-                      ) -> Dict[str, Any]:
+def leaderboard_entry(settings: sweep.Settings, outcomes: Mapping[tuple, model_runs.Outcome], *,
+                      view: str = "raw") -> Dict[str, Any]:
   """variant -> spread over seeds of the mean OOD accuracy (``Settings.metric``) across the
-  study's tasks."""
-  return {v: suite_mean(settings, outcomes, v) for v in settings.variants}
+  study's tasks, in ``view`` (:func:`suite_mean`)."""
+  return {v: suite_mean(settings, outcomes, v, view=view) for v in settings.variants}

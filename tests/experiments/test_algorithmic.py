@@ -20,6 +20,7 @@ from experiments.algorithmic import seed_comparison
 from experiments.algorithmic import seed_summary
 from experiments.algorithmic import sweep
 from experiments.algorithmic import sweep_progress
+from experiments.study import expectations
 from experiments.study import markdown_report
 from experiments.study import result_cache
 from experiments.study import seed_statistics
@@ -79,7 +80,7 @@ class CompareTest(absltest.TestCase):
                for v, ood in (("none", (0.1, 0.12, 0.2)), ("sinusoidal", (0.15, 0.3, 0.31)))}
     with mock.patch.object(seed_summary, "comparable", lambda entry: True):
       out = seed_comparison.group_verdict("NoPE beats APE", entries, ["none"], ["sinusoidal"],
-                                 convergence.Recipe())
+                                          convergence.Recipe(), view="trainability")
     self.assertFalse(out.held)
     self.assertIn("Reason: sinusoidal is ahead of none", out.note)
 
@@ -117,20 +118,47 @@ class CompareTest(absltest.TestCase):
         + [{"fit": True, "in_dist": 1.0, "best_in_dist": 1.0, "steps": 500, "steps_to_fit": 500,
             "ood": 0.6, "ood_2x": 0.6, "ood_far": 0.6}])
     entries = {"rope+randomized": unfit, "rope": fit(0.1, 0.2, 0.3)}
+    # The raw view (the studies' verdicts): every seed with what it measured, fit or not. The
+    # randomized variant generalizes better ([0.6, 0.8, 0.8] vs [0.1, 0.3]) though it fit less.
+    raw = seed_comparison.group_verdict("randomized helps rope", entries, ["rope+randomized"],
+                                        ["rope"], convergence.Recipe(max_steps=600),
+                                        rescue_steps=1200)
+    self.assertIs(raw.held, True)
+    self.assertIn("rope+randomized 0.800 [0.600-0.800]", raw.measured)
+    self.assertIn("their seeds enter with the accuracy they measured", raw.note)
+    self.assertIn("fit or not", raw.criterion)
+    # The trainability view: a seed that did not fit counts 0, so the same models read "not
+    # held" (the conflation issue 45 names; kept as a named view, not the verdict).
     out = seed_comparison.group_verdict("randomized helps rope", entries, ["rope+randomized"],
-                                        ["rope"],
-                               convergence.Recipe(max_steps=600), rescue_steps=1200)
+                                        ["rope"], convergence.Recipe(max_steps=600),
+                                        rescue_steps=1200, view="trainability")
     self.assertIs(out.held, False)  # [0, 0, 0.6] overlaps [0.1, 0.3]: measured, not held.
     self.assertIn("rope+randomized 0.000 [0.000-0.600]", out.measured)
     self.assertIn("within 600 steps, or 1200 in a second run)", out.note)
     self.assertIn("best in-distribution: rope+randomized 0.970 [0.950-1.000]", out.note)
     self.assertIn("a seed that did not fit counted 0", out.note)
     losing = seed_comparison.group_verdict("rope beats its randomized variant", entries, ["rope"],
-                                  ["rope+randomized"], convergence.Recipe())
+                                           ["rope+randomized"], convergence.Recipe(),
+                                           view="trainability")
     self.assertIs(losing.held, False)
     self.assertIn("the seeds overlap", losing.note)
+    with self.assertRaisesRegex(ValueError, "view must be one of .*got 'gated'"):
+      seed_comparison.group_verdict("x", entries, ["rope"], ["rope+randomized"],
+                                    convergence.Recipe(), view="gated")
 
-  def test_suite_mean_counts_a_task_a_seed_did_not_fit_as_zero(self):
+  def test_raw_view_at_chance_on_both_sides_is_the_floor(self):
+    at_chance = lambda *ood: dict(seed_summary.summarize_variant([
+        {"fit": False, "in_dist": 0.5, "best_in_dist": 0.5, "steps": 600, "steps_to_fit": None,
+         "ood": v, "ood_2x": v, "ood_far": v} for v in ood]), chance=0.5)
+    entries = {"a": at_chance(0.5, 0.49, 0.5), "b": at_chance(0.45, 0.5, 0.48)}
+    out = seed_comparison.group_verdict("a beats b", entries, ["a"], ["b"], convergence.Recipe())
+    self.assertEqual(out.status, expectations.FLOOR)
+    self.assertIn("at or below chance (0.500)", out.criterion)
+    entries["a"] = at_chance(0.9, 0.8, 0.85)  # One side above chance: decided.
+    out = seed_comparison.group_verdict("a beats b", entries, ["a"], ["b"], convergence.Recipe())
+    self.assertIs(out.held, True)
+
+  def test_suite_mean_raw_and_trainability_views(self):
     def outcome(task, seed, fit, ood):
       result = convergence.FitResult(run_dir=pathlib.Path("/nonexistent"), steps=100,
                                      steps_to_fit=100 if fit else None, in_dist=1.0,
@@ -144,7 +172,12 @@ class CompareTest(absltest.TestCase):
                 ("parity", "rope", 0): outcome("parity", 0, False, 0.9),
                 ("copy", "rope", 1): outcome("copy", 1, True, 0.3),
                 ("parity", "rope", 1): outcome("parity", 1, True, 0.7)}
-    self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope")["values"], [0.25, 0.5])
+    self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope", view="trainability")
+                     ["values"], [0.25, 0.5])
+    # The raw view: parity's seed 0 enters with the 0.9 it measured.
+    self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope")["values"], [0.7, 0.5])
+    with self.assertRaisesRegex(ValueError, "view must be one of"):
+      seed_summary.suite_mean(settings, outcomes, "rope", view="mean")
 
   def test_rescue_cap_must_exceed_the_first_cap(self):
     with self.assertRaisesRegex(ValueError, "rescue_steps must be 0 or above the cap 600, got "
@@ -256,7 +289,7 @@ class CompareTest(absltest.TestCase):
                         "with a cap of 1200" in line for line in lines))
     summary = seed_summary.summaries(settings, out)
     _, rows = report_sections.task_table(summary["copy"], settings.recipe)
-    self.assertEqual(rows[0][2], "900 (2nd run)")
+    self.assertEqual(rows[0][4], "900 (2nd run)")  # After the raw OOD, chance and fit rate.
     runs = report_sections.results_payload(settings, summary, out)["runs"]
     self.assertEqual(runs["copy"]["rope"][0]["first_run"]["steps"], 600)
     self.assertEqual(runs["copy"]["rope"][0]["fit"]["steps_to_fit"], 900)

@@ -25,20 +25,36 @@ class LeaderboardTest(absltest.TestCase):
                  {"rope": seed_statistics.spread([0.1, 0.2, 0.3]),
                   "none": seed_statistics.spread([0.5])},
                  mode="full", seeds=(0, 1, 2))
-    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])})
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])},
+                 mode="full")
+    b["results"]["leaderboard_trainability"] = {}  # A record with the raw view.
+    b["provenance"] = {"commit": "0123456789abcdef0123"}
     text = leaderboard.table([a, b])
     self.assertIn("| PE | copy / reverse | Ruoss tasks |", text)
     self.assertIn("| rope | 0.20 [0.10-0.30] | 0.40 |", text)
     self.assertIn("| none | 0.50 |  |", text)
-    self.assertIn("`ruoss_suite` quick run, 1 seed(s)", text)
+    self.assertIn("`ruoss_suite` full run, 1 seed(s)", text)
     self.assertIn("`length_generalization` full run, 3 seed(s)", text)
+    self.assertIn("commit not recorded (stale); view trainability", text)  # An old record.
+    self.assertIn("commit 0123456789ab; view raw: every seed as measured", text)
+
+  def test_only_full_runs_give_cells(self):
+    a = _payload("length_generalization", "copy / reverse",
+                 {"rope": seed_statistics.spread([0.1, 0.2, 0.3])}, mode="full", seeds=(0, 1, 2))
+    quick = _payload("ruoss_suite", "Ruoss tasks", {"rope+randomized": seed_statistics.spread(
+        [0.0])})
+    text = leaderboard.table([a, quick])
+    self.assertNotIn("Ruoss tasks |", text)
+    self.assertNotIn("rope+randomized", text)
+    self.assertIn("not shown: `ruoss_suite` (quick run, 2026-12-01 02:00 UTC: indicative", text)
 
   def test_a_column_scored_per_token_says_so(self):
-    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])})
+    b = _payload("ruoss_suite", "Ruoss tasks", {"rope": seed_statistics.spread([0.4])},
+                 mode="full")
     b["results"]["settings"]["metric"] = "token_accuracy"
     text = leaderboard.table([b])
     self.assertIn("| PE | Ruoss tasks (per-token accuracy) |", text)
-    self.assertIn("- Ruoss tasks (per-token accuracy): `ruoss_suite` quick run", text)
+    self.assertIn("- Ruoss tasks (per-token accuracy): `ruoss_suite` full run", text)
 
   def test_readme_section_is_replaced_between_markers(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)

@@ -68,9 +68,18 @@ class SettingsTest(absltest.TestCase):
     entries = {"rope": _entry([0.1, 0.2, 0.15]),
                "cope": _entry([0.6, 0.7, 0.8], fit=False), "fox": _entry([0.9], fit=False)}
     (v,) = content_tasks.verdicts({"count_symbol": entries}, None, None)
-    self.assertIs(v.held, False)  # Neither content-aware PE fit: counted 0 on every seed.
-    self.assertIn("cope 0.000 [0.000-0.000], rope 0.150 [0.100-0.200]", v.measured)
-    self.assertIn("did not fit in a majority of seeds: cope, fox", v.note)
+    # Neither content-aware PE fit, but both generalize better than RoPE as measured (issue 45:
+    # counting them 0 would score trainability, not generalization).
+    self.assertIs(v.held, True)
+    self.assertIn("fox 0.900, rope 0.150 [0.100-0.200]", v.measured)
+    self.assertIn("did not fit in a majority of seeds: cope, fox (their seeds enter with the "
+                  "accuracy they measured)", v.note)
+
+  def test_content_claim_at_chance_on_both_sides_is_the_floor(self):
+    entries = {v: dict(_entry(values), chance=0.1) for v, values in
+               (("rope", [0.1, 0.05]), ("cope", [0.1, 0.0]))}
+    (v,) = content_tasks.verdicts({"count_symbol": entries}, None, None)
+    self.assertEqual(v.status, "not measurable (floor)")
 
 
   def test_a_shard_trains_its_models_and_writes_no_report(self):
