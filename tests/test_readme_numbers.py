@@ -98,7 +98,7 @@ class ExtrapolationTableTest(absltest.TestCase):
 class StudyCountsTest(absltest.TestCase):
 
   def test_each_held_count_is_the_studys_record(self):
-    counts = re.findall(r"(\d+) of (\d+)(?:,\s*stale)?\s*\(\[report\]\(experiments/results/(\w+)/"
+    counts = re.findall(r"(\d+) of (\d+)[^\[]*?\[report\]\(experiments/results/(\w+)/"
                         r"report\.md", _section("Other studies"))
     self.assertGreaterEqual(len(counts), 8)
     for held, total, study in counts:
@@ -123,6 +123,10 @@ class StalenessTest(absltest.TestCase):
             "provenance"))
         if not has_provenance:
           self.assertIn("stale", item, f"{study} has no provenance: {item!r}")
+        else:  # A commit the README names is the record's.
+          commit = (record.get("provenance") or record["meta"]["provenance"])["commit"] or ""
+          for named in re.findall(r"re-scored at (?:commit )?([0-9a-f]{7,})", item):
+            self.assertTrue(commit.startswith(named), f"{study}: {named} vs {commit}")
     self.assertGreaterEqual(cited, 10)
 
 
