@@ -22,8 +22,8 @@ import pejax.nn
 
 # Packages whose ``__all__`` is the public API checked docstring by docstring.
 PUBLIC_PACKAGES = (
-    "pejax", "pejax.encodings", "pejax.nn", "pejax.data", "pejax.eval", "pejax.train",
-    "pejax.parallel", "pejax.hf",
+    "pejax", "pejax.encodings", "pejax.nn", "pejax.data", "pejax.eval", "pejax.eval.ruler",
+    "pejax.train", "pejax.parallel", "pejax.hf",
 )
 
 # Annotation text that marks a signature as taking or returning arrays.

@@ -1,7 +1,8 @@
 """Evaluation: perplexity against length (two protocols), passkey retrieval, task accuracy, reports.
 
 A whole run's evaluation as its experiment config says, with its files, is
-:mod:`pejax.eval.run_evaluation`.
+:mod:`pejax.eval.run_evaluation`; RULER's synthetic long-context tasks (generators and scorers)
+are :mod:`pejax.eval.ruler`.
 """
 
 from pejax.eval.exact_match import answer_exact_match
