@@ -142,6 +142,9 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.eval.rope_scaling = ""  # Zero-shot context extension at eval; empty keeps training's.
   config.eval.rope_factor = 0.0  # Factor of eval.rope_scaling; 0 means eval_len / train_len.
   config.eval.passkey = False  # Also report passkey accuracy by length and depth.
+  config.eval.ruler = ""  # RULER tasks scored at every eval length ("all", or names such as
+  # niah_single_1,vt: pejax.eval.ruler.task_names()); lengths in the model's tokens.
+  config.eval.ruler_examples = 8  # Prompts per RULER task and length.
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.spec = ""  # "data=4,model=2" (axes data/fsdp/model); empty = all devices on data.

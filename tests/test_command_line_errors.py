@@ -119,6 +119,16 @@ MISTAKES = (
     ("run_config_check", ["--config.optim.learning_rate=nan"],
      r"optim.learning_rate must be a finite number, got nan"),
     ("study_alias_without_study", ["--quick"], r"--quick only takes effect with --study=<name>"),
+    ("misspelt_ruler_task", ["--config.eval.ruler=niah_singel_1"],
+     r"eval.ruler: task must be one of \[.*\], got 'niah_singel_1'; did you mean "
+     r"'niah_single_1'\?"),
+    ("ruler_length_below_a_tasks_prompt", ["--config.eval.ruler=vt", "--eval_lens=512"],
+     r"eval.ruler at eval.lens: length must be at least \d+ tokens for task 'vt' .*got 512"),
+    ("ruler_examples_zero", ["--config.eval.ruler=fwe", "--eval_lens=1024",
+                             "--config.eval.ruler_examples=0"],
+     r"eval.ruler_examples must be an integer >= 1, got 0"),
+    ("ruler_on_a_task", ["--data=copy", "--config.eval.ruler=fwe"],
+     r"eval.ruler='fwe' has no effect with data.name='copy'"),
     ("verbosity_not_a_number", ["--verbosity=abc"], r"--verbosity=abc: not an integer"),
 )
 

@@ -442,6 +442,9 @@ class DocExamplesTest(parameterized.TestCase):
       self.assertTrue(config.mesh.spec or config.mesh.distributed)
       return
     tiny = TINY_EVAL if "--eval_only" in args else TINY
+    if any(a.startswith("--config.eval.ruler=") for a in args):  # Its own lengths (each task
+      tiny = [t for t in tiny if not t.startswith("--eval_lens=")]  # has a smallest prompt),
+      tiny.append("--config.eval.ruler_examples=1")  # one prompt a cell.
     pattern = [a.split("=", 1)[1].split(",") for a in args if a.startswith("--pe=")]
     if pattern and len(pattern[-1]) > 1 and tiny is TINY:  # A per-layer PE pattern: a layer
       tiny = [*TINY, f"--config.model.num_layers={len(pattern[-1])}"]  # per entry.

@@ -384,6 +384,30 @@ class RunRecordTest(absltest.TestCase):
     self.assertIn(b"train/loss", b"".join(e.read_bytes() for e in events))
 
 
+class RulerEvaluationTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_a_run_and_its_eval_only_write_ruler_scores(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    self.assertEqual(_launch(*TINY, "--steps=2", f"--workdir={workdir}", "--eval_lens=420",
+                             "--config.eval.ruler=niah_multikey_2",
+                             "--config.eval.ruler_examples=1"), 0)
+    record = json.loads((workdir / "ruler.json").read_text())
+    (cell,) = record["ruler"]
+    self.assertEqual((cell["task"], cell["length"], cell["examples"], cell["status"]),
+                     ("niah_multikey_2", 420, 1, "ok"))
+    self.assertBetween(cell["accuracy"], 0.0, 1.0)
+    self.assertEqual(record["tokenizer"], "bytes")
+    self.assertIn("provenance", record["meta"])
+    self.assertEqual((workdir / "ruler_accuracy.png").read_bytes()[:4], b"\x89PNG")
+    self.assertIn("RULER (greedy; score at each length)", (workdir / "results.md").read_text())
+    # --eval_only with another task and length: a new evals/<name>/ with its own ruler.json.
+    self.assertEqual(_launch(f"--workdir={workdir}", "--eval_only", "--eval_lens=700",
+                             "--eval_name=fwe", "--config.eval.ruler=fwe"), 0)
+    again = json.loads((workdir / "evals" / "fwe" / "ruler.json").read_text())
+    self.assertEqual([(c["task"], c["length"]) for c in again["ruler"]], [("fwe", 700)])
+
+
 class ConfigFilesTest(absltest.TestCase):
 
   @pytest.mark.slow

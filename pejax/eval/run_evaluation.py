@@ -106,7 +106,7 @@ class RunEvaluation:
 def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
                        model_config: DecoderConfig, corpus: Any, is_task: bool,
                        out_dir: pathlib.Path, meta: Dict[str, Any], header: str, write: bool,
-                       log: Callable[[str], None]) -> RunEvaluation:
+                       log: Callable[[str], None], tokenizer: Any = None) -> RunEvaluation:
   """Evaluates ``model`` as ``config.eval`` says; writes the results into ``out_dir``.
 
   Args:
@@ -121,6 +121,7 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
     header: the report's first lines (the run and its final training numbers).
     write: whether to write the files (the coordinator process) or only evaluate.
     log: receives progress lines.
+    tokenizer: the model's tokenizer for ``eval.ruler`` (``None``: bytes, a pejax model).
 
   Returns:
     The :class:`RunEvaluation`.
@@ -188,8 +189,56 @@ def evaluate_and_write(model: Decoder, config: ml_collections.ConfigDict, *,
     if write:
       report_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
                                title=f"Perplexity vs length (trained at {train_len})")
+    if config.eval.get("ruler"):
+      text_parts.append(write_ruler(model, tokenizer, config, lengths=lengths, out_dir=out_dir,
+                                    meta=meta, summary=summary, write=write, log=log))
   text = header + "\n\n" + "\n\n".join(text_parts)
   if write:
     json_file.write_text_atomic(out_dir / "results.md", f"# Results\n\n`{meta['date']}`, "
                                 f"{meta['machine']}\n\n```\n{text}\n```\n")
   return RunEvaluation(tables, passkey, text, summary)
+
+
+def write_ruler(model: Decoder, tokenizer: Any, config: ml_collections.ConfigDict, *,
+                lengths: List[int], out_dir: pathlib.Path, meta: Dict[str, Any],
+                summary: Dict[str, Any], write: bool, log: Callable[[str], None],
+                title: str = "") -> str:
+  """``eval.ruler``: RULER scores at every length, into ``ruler.json`` / ``ruler_accuracy.png``.
+
+  Args:
+    model: the decoder.
+    tokenizer: its tokenizer (``None``: bytes).
+    config: the experiment config (``eval.ruler``, ``eval.ruler_examples``, ``seed``).
+    lengths: prompt lengths in the model's tokens.
+    out_dir: the evaluation folder.
+    meta: the facts stored beside the results.
+    summary: gets ``ruler/<task>@<length>`` scores.
+    write: whether to write the files.
+    log: receives one line per (task, length).
+    title: the plot title.
+
+  Returns:
+    The task x length table as text.
+  """
+  from pejax.eval.ruler import model_eval  # pylint: disable=g-import-not-at-top
+  from pejax.hf.tokenizer import ByteTokenizer  # pylint: disable=g-import-not-at-top
+  tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
+  token = "byte" if getattr(tokenizer, "name", "") == "bytes" else "token"
+  tasks = model_eval.parse_tasks(str(config.eval.ruler))
+  log(f"RULER: {', '.join(tasks)} at {lengths} ({config.eval.ruler_examples} prompts a cell, "
+      "greedy)")
+  results = model_eval.ruler_accuracy(model, tokenizer, tasks=tasks, lengths=lengths,
+                                      examples=int(config.eval.ruler_examples),
+                                      seed=int(config.seed), progress=log)
+  for r in results:
+    if r.accuracy is not None:
+      summary[f"ruler/{r.task}@{r.length}"] = r.accuracy
+  if write:
+    json_file.write_json_atomic(out_dir / "ruler.json", {
+        "meta": meta, "tokenizer": getattr(tokenizer, "name", type(tokenizer).__name__),
+        "ruler": [r.to_json() for r in results]})
+    model_eval.plot_ruler(results, out_dir / "ruler_accuracy.png", token=token,
+                          title=title or "RULER tasks: score vs prompt length")
+  return "RULER (greedy; score at each length)\n" + model_eval.format_ruler_table(results,
+                                                                                   token=token)
+

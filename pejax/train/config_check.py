@@ -73,6 +73,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       if data[field] != defaults.data[field]:
         raise ConfigError(f"data.{field}={data[field]!r} has no effect with data.name="
                           f"{data.name!r} (only synthetic tasks use it)")
+  _check_ruler(config, is_task=is_task, defaults=defaults)
   if data.name != "addition" and is_task and data.reverse_digits:
     raise ConfigError(f"data.reverse_digits has no effect with data.name={data.name!r} (only "
                       "addition uses it)")
@@ -96,3 +97,37 @@ def _has_scaling(config: ml_collections.ConfigDict) -> bool:
     except ValueError:
       pass
   return False
+
+
+def _check_ruler(config: ml_collections.ConfigDict, *, is_task: bool,
+                 defaults: ml_collections.ConfigDict) -> None:
+  """``eval.ruler``: known tasks, examples >= 1, and (byte-level models) every eval length at
+  least each task's smallest prompt, before anything is trained or written."""
+  ev = config.eval
+  tasks_spec = str(ev.get("ruler", "") or "")
+  examples = ev.get("ruler_examples", defaults.eval.ruler_examples)
+  if not tasks_spec:
+    if examples != defaults.eval.ruler_examples:
+      raise ConfigError(f"eval.ruler_examples={examples!r} has no effect without eval.ruler; "
+                        "set eval.ruler (e.g. all, or niah_single_1,vt)")
+    return
+  if is_task:
+    raise ConfigError(f"eval.ruler={tasks_spec!r} has no effect with data.name="
+                      f"{config.data.name!r} (a synthetic task is scored by exact-match accuracy)")
+  if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+    raise ConfigError(f"eval.ruler_examples must be an integer >= 1, got {examples!r}")
+  from pejax.eval.ruler import model_eval  # pylint: disable=g-import-not-at-top
+  try:
+    tasks = model_eval.parse_tasks(tasks_spec)
+  except ValueError as e:
+    raise ConfigError(f"eval.ruler: {e}") from None
+  if config.train.get("init_from_hf"):
+    return  # The checkpoint's tokenizer decides the minimum lengths: checked once it is loaded.
+  from pejax.eval import run_evaluation  # pylint: disable=g-import-not-at-top
+  from pejax.hf.tokenizer import ByteTokenizer  # pylint: disable=g-import-not-at-top
+  try:
+    model_eval.check_lengths(tasks, run_evaluation.eval_lengths(config), ByteTokenizer(),
+                             seed=int(config.seed))
+  except ValueError as e:
+    raise ConfigError(f"eval.ruler at eval.lens: {e}") from None
+

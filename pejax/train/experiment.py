@@ -185,6 +185,8 @@ def _model_config_and_corpus(config: ml_collections.ConfigDict):
       raise ConfigError("eval.passkey is the byte-level task; for a pretrained model use "
                         "--init_from_hf=<dir> --eval_only --config.eval.passkey=True")
     model_config, tokenizer = decoder_from_config.pretrained_setup(config)
+    if config.eval.get("ruler"):  # Minimum lengths in this tokenizer, before anything is made.
+      check_ruler_lengths(config, tokenizer)
   else:
     model_config = decoder_from_config.decoder_config_from(config)
   try:
@@ -194,6 +196,17 @@ def _model_config_and_corpus(config: ml_collections.ConfigDict):
   except ValueError as e:
     raise ConfigError(str(e)) from None
   return model_config, corpus, is_task
+
+
+def check_ruler_lengths(config: ml_collections.ConfigDict, tokenizer: Any) -> None:
+  """``eval.ruler``'s tasks fit at every eval length in ``tokenizer``'s tokens (ConfigError)."""
+  from pejax.eval.ruler import model_eval  # pylint: disable=g-import-not-at-top
+  try:
+    model_eval.check_lengths(model_eval.parse_tasks(str(config.eval.ruler)),
+                             run_evaluation.eval_lengths(config), tokenizer,
+                             seed=int(config.seed))
+  except ValueError as e:
+    raise ConfigError(f"eval.ruler at eval.lens: {e}") from None
 
 
 def _init_from_hf(model: Decoder, config: ml_collections.ConfigDict, log) -> None:
@@ -310,9 +323,13 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
           "provenance": provenance.provenance(started=started, machine=machine_line)}
   header = (f"pe={config.pe.name} data={config.data.name} train_len={train_len} steps={step}\n"
             + run_directory.describe_final_numbers(final, train_len=train_len, unigram=unigram))
+  tokenizer = None  # RULER prompts: bytes, or the tokenizer of the checkpoint fine-tuned.
+  if config.eval.get("ruler") and config.train.get("init_from_hf"):
+    _, tokenizer = decoder_from_config.pretrained_setup(config)
   evaluation = run_evaluation.evaluate_and_write(
       model, config, model_config=model_config, corpus=corpus, is_task=is_task,
-      out_dir=out_dir, meta=meta, header=header, write=coordinator, log=log)
+      out_dir=out_dir, meta=meta, header=header, write=coordinator, log=log,
+      tokenizer=tokenizer)
   if coordinator:
     if out_dir != workdir:
       json_file.write_json_atomic(out_dir / "eval_config.json", meta["eval_config"])
@@ -325,6 +342,7 @@ def _evaluate_and_record(model, config, *, model_config, corpus, is_task, workdi
   log(evaluation.text)
   log(f"\nwrote {out_dir}/results.md, results.json"
       + ("" if is_task else ", results.csv, perplexity_vs_length.png")
+      + (", ruler.json, ruler_accuracy.png" if config.eval.get("ruler") else "")
       + f" in {time.time() - started:.0f}s")
   return ExperimentResult(out_dir, None, evaluation.tables, evaluation.passkey, evaluation.text,
                           unigram)

@@ -30,6 +30,7 @@ from pejax import decoder_from_config
 from pejax import eval as eval_lib
 from pejax import json_file
 from pejax import hf
+from pejax import provenance
 from pejax.eval import run_evaluation
 from pejax.experiment_config import ConfigError
 from pejax.hf import safetensors_files
@@ -73,6 +74,8 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
   modes = run_evaluation.eval_modes(config)
   blockwise_threshold = decoder_from_config.blockwise_threshold_of(config)
   model, tokenizer = load_checkpoint(hf_dir, blockwise_threshold=blockwise_threshold)
+  if config.eval.get("ruler"):  # Its tokenizer's minimum lengths, before a folder is made.
+    experiment.check_ruler_lengths(config, tokenizer)
   corpus = data_lib.tokenize_corpus(data_lib.load_corpus(data_name), tokenizer)
   original = original_context(hf_dir, model) or max(lengths)
   label = f"{os.path.basename(os.path.normpath(os.fspath(hf_dir)))}"
@@ -116,9 +119,14 @@ def evaluate_pretrained(hf_dir: os.PathLike | str, config: ml_collections.Config
           "tokenizer": tokenizer.name, "train_len": original, "params": sum(
               int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param))),
           "date": time.strftime("%Y-%m-%d %H:%M"), "evaluation": out_dir.name,
-          "eval_config": run_directory.eval_settings(config)}
+          "eval_config": run_directory.eval_settings(config),
+          "provenance": provenance.provenance(started=started)}
   eval_lib.write_results(out_dir, tables, meta=meta, passkey=passkey,
                          title=f"{label}: perplexity vs length (original context {original})")
+  if config.eval.get("ruler"):
+    text_parts.append(run_evaluation.write_ruler(
+        model, tokenizer, config, lengths=lengths, out_dir=out_dir, meta=meta, summary={},
+        write=True, log=log, title=f"{label}: RULER score vs length (model tokens)"))
   text = "\n\n".join(text_parts)
   json_file.write_text_atomic(out_dir / "results.md", f"# Results\n\n`{meta['date']}`, "
                               f"pretrained {meta['pretrained']}\n\n```\n{text}\n```\n")
