@@ -74,12 +74,15 @@ def test_outside_a_checkout_there_is_no_commit(tmp_path):
 
 
 def test_this_checkout_is_found_from_the_package():
-  if not (ROOT / ".git").exists():
+  if not (ROOT / ".git").exists() or shutil.which("git") is None:
     pytest.skip("not a git checkout")
   assert provenance.checkout_root() == ROOT
-  assert provenance.code_version()["commit"] == subprocess.run(
-      ["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
-      text=True).stdout.strip()
+  head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                        text=True, check=False)
+  if head.returncode != 0:  # e.g. git refuses a checkout owned by another user.
+    assert provenance.code_version()["commit"] is None
+    return
+  assert provenance.code_version()["commit"] == head.stdout.strip()
 
 
 def test_versions_are_the_running_ones():
