@@ -25,11 +25,15 @@ below cut that (``python -m pytest`` on 2 cores, see docs/tests.md):
   exactly that (2026-12-01) and then ran past its time limit. Each host and software version
   now reads only the executables it compiled itself.
 
-  Writes to the cache crashed an xdist worker twice, at random, on cold caches (a segmentation
-  fault inside ``put_executable_and_time``, 2026-12-02 and 2026-12-04; issue 44). The test a
-  crashed worker was running is run once more in a replacement worker that writes nothing to the
-  cache (``PEJAX_TEST_RERUN_AFTER_CRASH``, set by tests/xdist_scheduling.py), and listed at the
-  end of the run.
+  The CPU's family and model numbers are part of the fingerprint since 2026-12-06: a worker here
+  (AMD EPYC family 23) died of a segmentation fault in ``deserialize_executable`` loading an
+  executable compiled on another AMD EPYC (family 26) whose model name and flags were the same.
+
+  An xdist worker also crashed twice, at random, inside the cache write
+  (``put_executable_and_time``, 2026-12-02 and 2026-12-04; issue 44). Whatever the cause, the
+  test a crashed worker was running is run once more in a replacement worker with the persistent
+  cache off, reads and writes (``PEJAX_TEST_RERUN_AFTER_CRASH``, set by
+  tests/xdist_scheduling.py), and listed at the end of the run.
 
 The per-test watchdog (``timeout`` in ``setup.cfg``, pytest-timeout, thread method) turns a test
 that hangs, in Python or inside XLA, into one failed test, its threads' stacks printed first by
@@ -73,7 +77,11 @@ def host_fingerprint(cpuinfo: str | None = None) -> str:
       cpuinfo = pathlib.Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:  # Not Linux: platform.processor() above is all there is.
       cpuinfo = ""
-  for field in ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features"):
+  # The family and model numbers too: a generic model name ("AMD EPYC") with the same flags
+  # covers CPUs that XLA:CPU tunes for differently (znver2 vs znver5), and an executable compiled
+  # on one crashed the other when loaded (2026-12-06, below).
+  for field in ("vendor_id", "model name", "cpu family", "model", "flags", "CPU implementer",
+                "CPU part", "Features"):
     match = re.search(rf"^{re.escape(field)}\s*:\s*(.*)$", cpuinfo, flags=re.MULTILINE)
     parts.append(f"{field}={match.group(1).strip() if match else ''}")
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -83,17 +91,20 @@ _USER_CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home
 _CACHE_ROOT = os.environ.get("PEJAX_TEST_JAX_CACHE",
                              str(_USER_CACHE / "pejax" / "jax-compilation-cache"))
 _CACHE_DIR = str(pathlib.Path(_CACHE_ROOT) / host_fingerprint()) if _CACHE_ROOT else ""
-# A worker that replaces one that crashed (tests/xdist_scheduling.py) reads the cache but
-# writes nothing to it: a compile time threshold no program reaches.
-_CACHE_WRITES = not os.environ.get("PEJAX_TEST_RERUN_AFTER_CRASH")
-_MIN_COMPILE_SECS = 0.0 if _CACHE_WRITES else 1e9
-if _CACHE_DIR:
+# A worker that replaces one that crashed (tests/xdist_scheduling.py) neither reads nor writes
+# the persistent cache (the crashes were in both), nor do the subprocesses it starts.
+_RERUN_AFTER_CRASH = bool(os.environ.get("PEJAX_TEST_RERUN_AFTER_CRASH"))
+if _RERUN_AFTER_CRASH:
+  os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # Inherited from the controller.
+  os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+  jax.config.update("jax_enable_compilation_cache", False)
+elif _CACHE_DIR:
   # Environment variables so that subprocesses share the cache; jax.config for this process.
   os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE_DIR,
-                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(_MIN_COMPILE_SECS),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECS)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 

@@ -20,10 +20,10 @@ Here the work stays assigned to the dead worker, and its crash, which xdist repo
 requeues it.
 
 A test that crashes its worker is run once more, first in line, on a replacement worker
-started with ``PEJAX_TEST_RERUN_AFTER_CRASH`` set (tests/conftest.py then writes nothing to the
-persistent compilation cache in that worker: JAX's cache write, ``put_executable_and_time``, is
-where the crashes of 2026-12-02 and 2026-12-04 happened, at random, on cold caches). Only a
-second crash of the same test fails it. Every rerun is listed at the end of the run
+started with ``PEJAX_TEST_RERUN_AFTER_CRASH`` set (tests/conftest.py then turns the persistent
+compilation cache off in that worker: the crashes of 2026-12-02 and 2026-12-04 were in JAX's
+cache write, ``put_executable_and_time``, that of 2026-12-06 in loading a cached executable).
+Only a second crash of the same test fails it. Every rerun is listed at the end of the run
 (``pytest_terminal_summary``), with the worker's own output (its faulthandler stack) printed by
 xdist where it happened, so a recovered crash is seen, not hidden.
 
@@ -153,5 +153,5 @@ def pytest_terminal_summary(terminalreporter):
   for nodeid in RERUNS:
     terminalreporter.write_line(
         f"{nodeid}: crashed its worker once (its output and stack are printed above, at "
-        f"'node down'); run again in a replacement worker without persistent compilation-cache "
-        f"writes; the outcome reported is the rerun's")
+        f"'node down'); run again in a replacement worker with the persistent compilation "
+        f"cache off; the outcome reported is the rerun's")

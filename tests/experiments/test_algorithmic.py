@@ -176,6 +176,9 @@ class CompareTest(absltest.TestCase):
                      ["values"], [0.25, 0.5])
     # The raw view: parity's seed 0 enters with the 0.9 it measured.
     self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope")["values"], [0.7, 0.5])
+    # The published protocol: per task the best seed (copy 0.5, parity 0.9), mean over tasks.
+    self.assertEqual(seed_summary.suite_mean(settings, outcomes, "rope", view="best_seed")
+                     ["values"], [0.7])
     with self.assertRaisesRegex(ValueError, "view must be one of"):
       seed_summary.suite_mean(settings, outcomes, "rope", view="mean")
 
