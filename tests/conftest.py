@@ -156,3 +156,18 @@ settings.register_profile(
     suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # --- end of the hypothesis profiles ------------------------------------------------------------
+
+
+# --- Compile census (PEJAX_TEST_COMPILE_CENSUS=DIR): per-test traces, compiles and cache hits ---
+def pytest_configure(config):
+  census_dir = os.environ.get("PEJAX_TEST_COMPILE_CENSUS")
+  # Under xdist the controller only relays the workers' reports: it compiles nothing itself.
+  is_controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(
+      config, "workerinput")
+  if census_dir and not is_controller:
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    path = pathlib.Path(__file__).with_name("compile_census.py")
+    spec = importlib.util.spec_from_file_location("pejax_tests_compile_census", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config.pluginmanager.register(module.CensusPlugin(census_dir), "pejax_compile_census")
