@@ -131,7 +131,7 @@ def summarize(records: List[dict], *, top: int = 20) -> str:
   total = {k: sum(r[k] for r in records) for k in keys}
   lines = [f"{len(records)} tests: " + ", ".join(
       f"{k} {total[k]:.0f}" if isinstance(total[k], float) else f"{k} {total[k]}" for k in keys)]
-  by_file: Dict[str, Dict[str, float]] = collections.defaultdict(lambda: collections.Counter())
+  by_file: Dict[str, Dict[str, float]] = collections.defaultdict(collections.Counter)
   for r in records:
     f = r["test"].split("::")[0]
     for k in keys:

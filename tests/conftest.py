@@ -128,14 +128,19 @@ def _xla_optimized(request):
 
 # --- xdist: a crashed worker neither hangs the run nor fails a test at random: its test is run
 # once more, in a replacement worker without cache writes (tests/xdist_scheduling.py)
-def load_xdist_scheduling():
-  """tests/xdist_scheduling.py as a module (the tests directory is not a package)."""
+def load_test_module(name: str):
+  """tests/<name>.py as a module (the tests directory is not a package)."""
   import importlib.util  # pylint: disable=import-outside-toplevel
-  path = pathlib.Path(__file__).with_name("xdist_scheduling.py")
-  spec = importlib.util.spec_from_file_location("pejax_tests_xdist_scheduling", path)
+  path = pathlib.Path(__file__).with_name(f"{name}.py")
+  spec = importlib.util.spec_from_file_location(f"pejax_tests_{name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_xdist_scheduling():
+  """tests/xdist_scheduling.py as a module."""
+  return load_test_module("xdist_scheduling")
 
 
 _XDIST_SCHEDULING = load_xdist_scheduling()
@@ -165,9 +170,5 @@ def pytest_configure(config):
   is_controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(
       config, "workerinput")
   if census_dir and not is_controller:
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    path = pathlib.Path(__file__).with_name("compile_census.py")
-    spec = importlib.util.spec_from_file_location("pejax_tests_compile_census", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config.pluginmanager.register(module.CensusPlugin(census_dir), "pejax_compile_census")
+    census = load_test_module("compile_census")
+    config.pluginmanager.register(census.CensusPlugin(census_dir), "pejax_compile_census")
