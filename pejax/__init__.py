@@ -43,6 +43,7 @@ _EXPORTS = {
     "fox_cumulative_log_forget": "pejax.encodings",
     "fox_bias": "pejax.encodings",
     "forgetting_bias": "pejax.encodings",
+    "per_row_alibi_bias": "pejax.encodings",
     "cope_positions": "pejax.encodings",
     "cope_bias": "pejax.encodings",
     "alibi_bias": "pejax.encodings",

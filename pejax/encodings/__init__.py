@@ -85,6 +85,7 @@ from pejax.encodings.fox import fox_bias
 from pejax.encodings.fox import forgetting_bias
 from pejax.encodings.cope import cope_positions
 from pejax.encodings.cope import cope_bias
+from pejax.encodings.per_row_alibi import per_row_alibi_bias
 from pejax.lazy_exports import lazy_exports
 
 # NNX modules (Flax): imported on first use.
@@ -100,6 +101,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = (
     "KernelBias",
+    "per_row_alibi_bias",
     "TileBias",
     "alibi_kernel_bias",
     "t5_kernel_bias",

@@ -19,6 +19,8 @@ own classes and functions:
 * ``cope``: ``CoPE.forward(q, sim)`` with ``sim`` the scaled, causally masked logits, as
   ``Attend.forward`` builds them.
 * ``data_dependent_alibi``: ``DataDependentAlibi(causal=True)`` on token features ``x``.
+* ``per_row_data_dependent_alibi``: ``PerRowDataDependentAlibi(causal=True)`` on token features
+  ``x`` (its weight ``[2 * H * d, E]``: gate queries then gate keys, head-major).
 """
 
 import json
@@ -101,6 +103,18 @@ def dd_alibi_case(*, heads, length, dim, randomize_bias):
               bias=_list(out))
 
 
+def per_row_dd_alibi_case(*, heads, length, dim, dim_head, post_log_scale, weight_std):
+  alibi = xt.PerRowDataDependentAlibi(dim, heads, causal=True, dim_head=dim_head,
+                                      post_log_scale=post_log_scale)
+  linear = alibi.to_forget_gates[0]
+  with torch.no_grad():
+    linear.weight.normal_(std=weight_std)
+  x = torch.randn(2, length, dim)
+  out = alibi(x)
+  return dict(dim_head=dim_head, post_log_scale=post_log_scale, weight=_list(linear.weight),
+              x=_list(x), bias=_list(out))
+
+
 def main():
   out = dict(
       versions=dict(x_transformers=getattr(x_transformers, "__version__", "2.31.10"),
@@ -117,6 +131,12 @@ def main():
       data_dependent_alibi=dict(
           default_bias_init=dd_alibi_case(heads=2, length=6, dim=5, randomize_bias=False),
           random_bias=dd_alibi_case(heads=3, length=6, dim=5, randomize_bias=True),
+      ),
+      per_row_data_dependent_alibi=dict(
+          default_d8=per_row_dd_alibi_case(heads=2, length=7, dim=6, dim_head=8,
+                                           post_log_scale=1.0, weight_std=1.0),
+          d3_scaled=per_row_dd_alibi_case(heads=3, length=6, dim=5, dim_head=3,
+                                          post_log_scale=0.5, weight_std=2.0),
       ),
   )
   json.dump(out, sys.stdout, separators=(",", ":"))
