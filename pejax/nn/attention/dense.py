@@ -46,7 +46,7 @@ import jax.numpy as jnp
 
 from pejax.nn.attention import core
 from pejax.nn.attention.dispatch import AttentionCall, Kernel, register_kernel
-from pejax.nn.attention.mask import attention_mask
+from pejax.nn.attention.mask import attention_mask, chunk_id_arguments
 
 Array = jax.Array
 
@@ -97,6 +97,8 @@ def dense_attention(
     k_segment_ids: Optional[Array] = None,
     window: Optional[int] = None,
     batch_groups: bool = True,
+    q_chunk_ids: Optional[Array] = None,
+    k_chunk_ids: Optional[Array] = None,
 ) -> Array:
   """Softmax attention of ``q`` over ``k, v`` with float32 logits; see the module docstring.
 
@@ -118,6 +120,9 @@ def dense_attention(
     window: optional sliding window W (keys at slots ``> q_slot - W``).
     batch_groups: process the batch in cache-sized groups (a CPU optimization; ``False``: the
       whole batch at once, what an accelerator wants).
+    q_chunk_ids: optional int ``[B | 1, Lq]`` chunk of each query (chunked local attention,
+      :func:`pejax.nn.attention.mask.chunk_ids`), with ``k_chunk_ids``.
+    k_chunk_ids: optional int ``[B | 1, Lk]``.
 
   Returns:
     ``[B, Lq, H, Dv]`` in ``q.dtype``.
@@ -143,8 +148,13 @@ def dense_attention(
                    window=None if window is None else int(window))
   if bias is not None:
     bias = bias.astype(jnp.float32)
+  if (q_chunk_ids is None) != (k_chunk_ids is None):
+    raise ValueError("q_chunk_ids and k_chunk_ids must be given together")
+  if q_chunk_ids is not None:  # Per batch row, like segment ids (the batch groups split them).
+    q_chunk_ids = jnp.broadcast_to(q_chunk_ids, (batch, q_len)).astype(jnp.int32)
+    k_chunk_ids = jnp.broadcast_to(k_chunk_ids, (batch, k.shape[1])).astype(jnp.int32)
   return _attend(static, q, k, v, bias, q_slots, k_slots, kv_length, q_segment_ids,
-                 k_segment_ids)
+                 k_segment_ids, q_chunk_ids, k_chunk_ids)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,12 +162,14 @@ def dense_attention(
 
 
 def _chunk_logits(static: _Static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
-                  start: int, end: int, key_end: int) -> Array:
+                  q_chk, k_chk, start: int, end: int, key_end: int) -> Array:
   """Scaled, biased, masked float32 logits ``[g, K, G, end - start, key_end]`` of one chunk."""
   mask = attention_mask(
       q_slots[start:end], k_slots[:key_end], causal=static.causal, kv_length=kv_length,
       q_segment_ids=None if q_seg is None else q_seg[:, start:end],
-      k_segment_ids=None if k_seg is None else k_seg[:, :key_end], window=static.window)
+      k_segment_ids=None if k_seg is None else k_seg[:, :key_end], window=static.window,
+      q_chunk_ids=None if q_chk is None else q_chk[:, start:end],
+      k_chunk_ids=None if k_chk is None else k_chk[:, :key_end])
   return core.tile_logits(
       q_g[:, start:end], k[:, :key_end], scale=1.0 / math.sqrt(q_g.shape[-1]),
       bias=None if bias is None else bias[:, :, start:end, :key_end], mask=mask)
@@ -169,7 +181,8 @@ def _grouped(q: Array, kv_heads: int) -> Array:
   return q.reshape((g, q_len, kv_heads, heads // kv_heads, head_dim))
 
 
-def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+                   q_chk, k_chk):
   """Output ``[g, Lq, H, Dv]`` (float32) and softmax max / normalizer ``[g, K, G, Lq]``."""
   g, _, heads, _ = q.shape
   kv_heads = k.shape[2]
@@ -177,7 +190,7 @@ def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, 
   outs, maxes, norms = [], [], []
   for start, end, key_end in static.chunks:
     logits = _chunk_logits(static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
-                           start, end, key_end)
+                           q_chk, k_chk, start, end, key_end)
     stats = core.softmax_step(
         core.init_stats(g, kv_heads, heads // kv_heads, end - start, v.shape[-1]), logits,
         v[:, :key_end])
@@ -189,7 +202,7 @@ def _group_forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, 
 
 
 def _group_backward(static: _Static, shared_bias: bool, q, k, v, bias, q_slots, k_slots,
-                    kv_length, q_seg, k_seg, out, row_max, norm, dout):
+                    kv_length, q_seg, k_seg, q_chk, k_chk, out, row_max, norm, dout):
   """Gradients of one group: ``dq, dk, dv`` and the bias gradient (batch-summed if shared)."""
   g, q_len, heads, head_dim = q.shape
   kv_heads = k.shape[2]
@@ -204,7 +217,7 @@ def _group_backward(static: _Static, shared_bias: bool, q, k, v, bias, q_slots, 
       ((1,) if shared_bias else (g,)) + bias.shape[1:], jnp.float32)
   for start, end, key_end in static.chunks:
     logits = _chunk_logits(static, q_g, k, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
-                           start, end, key_end)
+                           q_chk, k_chk, start, end, key_end)
     dq_c, dk_c, dv_c, dlogits = core.tile_grads(
         q_g[:, start:end], k[:, :key_end], v[:, :key_end], dout_g[:, start:end], logits,
         row_max[..., start:end], inv_norm[..., start:end], delta[..., start:end],
@@ -246,57 +259,64 @@ def _batched_bias(bias: Optional[Array], batch: int) -> bool:
   return bias is not None and bias.shape[0] == batch and batch > 1
 
 
-def _forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
+def _forward(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk,
+             k_chk):
   """Forward over all groups: output ``[B, Lq, H, D]`` (float32), max and normalizer."""
   batch = q.shape[0]
   shared = (q_slots, k_slots, kv_length)
   per_row_bias = _batched_bias(bias, batch)
   if static.group == batch:
-    return _group_forward(static, q, k, v, bias, *shared, q_seg, k_seg)
+    return _group_forward(static, q, k, v, bias, *shared, q_seg, k_seg, q_chk, k_chk)
 
   def one_group(xs):
-    index, q_, k_, v_, qs_, ks_ = xs
+    index, q_, k_, v_, qs_, ks_, qc_, kc_ = xs
     return _group_forward(static, q_, k_, v_, _group_bias(bias, per_row_bias, index, static.group),
-                          *shared, qs_, ks_)
+                          *shared, qs_, ks_, qc_, kc_)
 
   xs = (jnp.arange(batch // static.group),) + tuple(
-      _split(x, static.group) for x in (q, k, v, q_seg, k_seg))
+      _split(x, static.group) for x in (q, k, v, q_seg, k_seg, q_chk, k_chk))
   return tuple(_merge(y) for y in jax.lax.map(one_group, xs))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attend(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
-  out = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg)[0]
+def _attend(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk,
+            k_chk):
+  out = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk,
+                 k_chk)[0]
   return out.astype(q.dtype)
 
 
-def _attend_fwd(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg):
-  out, row_max, norm = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg)
+def _attend_fwd(static: _Static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk,
+                k_chk):
+  out, row_max, norm = _forward(static, q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg,
+                                q_chk, k_chk)
   out = out.astype(q.dtype)
-  return out, (q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, out, row_max, norm)
+  return out, (q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk, k_chk, out,
+               row_max, norm)
 
 
 def _attend_bwd(static: _Static, residuals, dout):
-  q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, out, row_max, norm = residuals
+  (q, k, v, bias, q_slots, k_slots, kv_length, q_seg, k_seg, q_chk, k_chk, out, row_max,
+   norm) = residuals
   batch = q.shape[0]
   per_row_bias = _batched_bias(bias, batch)
   shared_bias = bias is not None and not per_row_bias
   shared = (q_slots, k_slots, kv_length)
   if static.group == batch:
     dq, dk, dv, dbias = _group_backward(static, shared_bias, q, k, v, bias, *shared, q_seg,
-                                        k_seg, out, row_max, norm, dout)
+                                        k_seg, q_chk, k_chk, out, row_max, norm, dout)
   else:
     def one_group(dbias_sum, xs):
-      index, q_, k_, v_, qs_, ks_, o_, m_, n_, do_ = xs
+      index, q_, k_, v_, qs_, ks_, qc_, kc_, o_, m_, n_, do_ = xs
       dq_, dk_, dv_, db_ = _group_backward(
           static, shared_bias, q_, k_, v_, _group_bias(bias, per_row_bias, index, static.group),
-          *shared, qs_, ks_, o_, m_, n_, do_)
+          *shared, qs_, ks_, qc_, kc_, o_, m_, n_, do_)
       if shared_bias:
         return dbias_sum + db_, (dq_, dk_, dv_, None)
       return dbias_sum, (dq_, dk_, dv_, db_)
 
     xs = (jnp.arange(batch // static.group),) + tuple(_split(x, static.group) for x in (
-        q, k, v, q_seg, k_seg, out, row_max, norm, dout))
+        q, k, v, q_seg, k_seg, q_chk, k_chk, out, row_max, norm, dout))
     init = jnp.zeros(bias.shape, jnp.float32) if shared_bias else None
     dbias_sum, ys = jax.lax.scan(one_group, init, xs)
     dq, dk, dv, dbias_rows = (_merge(y) for y in ys)
@@ -304,7 +324,7 @@ def _attend_bwd(static: _Static, residuals, dout):
   if dbias is not None:
     dbias = dbias.astype(bias.dtype)
   return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dbias,
-          None, None, None, None, None)
+          None, None, None, None, None, None, None)
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -354,7 +374,7 @@ def _run(call: AttentionCall) -> Array:
       k_slots=jnp.arange(k_len, dtype=jnp.int32), causal=call.causal, chunks=chunks,
       kv_length=call.kv_length, q_segment_ids=call.q_segment_ids,
       k_segment_ids=call.k_segment_ids, window=call.window,
-      batch_groups=call.platform == "cpu")
+      batch_groups=call.platform == "cpu", **chunk_id_arguments(call))
 
 
-KERNEL = register_kernel(Kernel("dense", _serves, _run, priority=10))
+KERNEL = register_kernel(Kernel("dense", _serves, _run, priority=10, chunk_aware=True))

@@ -43,7 +43,9 @@ class AttentionCall(NamedTuple):
   """One checked call of :func:`attention`, as the kernels' predicates and runners see it.
 
   Attributes mirror :func:`attention`'s arguments (``schedule`` is the chosen
-  ``implementation``; ``platform`` the platform it runs for).
+  ``implementation``; ``platform`` the platform it runs for). ``chunk_size`` comes last with a
+  default, so calls built without it (kernels written before it existed) stay valid; only
+  kernels registered with ``chunk_aware=True`` are offered a call that sets it.
   """
   q: Array
   k: Array
@@ -65,6 +67,7 @@ class AttentionCall(NamedTuple):
   k_features: Any
   logits_fn: Optional[Callable[[Array], Array]]
   platform: str
+  chunk_size: Optional[int] = None
 
   @property
   def has_features(self) -> bool:
@@ -103,6 +106,10 @@ class Kernel:
       20, dense 10).
     computes_kernel_bias: whether it computes a PE's bias inside from a call's ``kernel_bias``
       (then callers on its platforms pass biases as functions plus their kernel bias).
+    chunk_aware: whether ``serves`` / ``run`` know ``AttentionCall.chunk_size`` (chunked local
+      attention, added after the other mask options). A kernel without it is never offered a
+      call with a chunk size, so a kernel written before the field existed cannot serve one by
+      ignoring it; a kernel that sets it must compute the chunk mask or decline the call.
   """
 
   name: str
@@ -111,6 +118,7 @@ class Kernel:
   platforms: Optional[frozenset] = None
   priority: int = 0
   computes_kernel_bias: bool = False
+  chunk_aware: bool = False
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -211,6 +219,8 @@ def select_kernel(call: AttentionCall) -> str:
 
 def _select(call: AttentionCall) -> Kernel:
   for kernel in kernels():
+    if call.chunk_size is not None and not kernel.chunk_aware:
+      continue
     if kernel.runs_on(call.platform) and kernel.serves(call):
       return kernel
   raise ValueError(f"no attention kernel serves schedule={call.schedule!r} on platform="
@@ -238,6 +248,7 @@ def attention(
     k_features: Any = None,
     logits_fn: Optional[Callable[[Array], Array]] = None,
     bias_grad: bool = True,
+    chunk_size: Optional[int] = None,
 ) -> Array:
   """Scaled dot-product attention with a positional bias, causal/segment masks and GQA.
 
@@ -272,6 +283,10 @@ def attention(
     bias_grad: whether the bias may need a gradient (``False`` for a PE without parameters,
       e.g. ALiBi: lets a fast path that cannot differentiate a bias serve the call; its bias then
       gets none).
+    chunk_size: optional chunked local attention (Llama 4): a query at position p sees only
+      keys at positions k with ``k // chunk_size == p // chunk_size`` (with the other masks).
+      Chunks follow *positions*, so they restart with the positions of each packed segment and
+      continue through a KV cache (:mod:`pejax.nn.attention.mask`).
 
   Returns:
     ``[B, Lq, H, Dv]`` in ``q.dtype``.
@@ -294,6 +309,8 @@ def attention(
       k_segment_ids=k_segment_ids)
   if window is not None:
     window = arg_checks.check_positive_int("window", window)
+  if chunk_size is not None:
+    chunk_size = arg_checks.check_positive_int("chunk_size", chunk_size)
   features = q_features is not None or k_features is not None
   if features and not callable(bias):
     raise ValueError("q_features / k_features need bias to be a function of (q_positions, "
@@ -321,5 +338,6 @@ def attention(
       kernel_bias=kernel_bias, bias_grad=bool(bias_grad), schedule=implementation,
       causal=bool(causal), q_offset=q_offset, kv_length=kv_length, q_segment_ids=q_segment_ids,
       k_segment_ids=k_segment_ids, block_size=block_size, window=window, q_features=q_features,
-      k_features=k_features, logits_fn=logits_fn, platform=schedule.platform())
+      k_features=k_features, logits_fn=logits_fn, platform=schedule.platform(),
+      chunk_size=chunk_size)
   return _select(call).run(call)

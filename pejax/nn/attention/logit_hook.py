@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from pejax.nn.attention import core
 from pejax.nn.attention.dispatch import AttentionCall, Kernel, register_kernel
-from pejax.nn.attention.mask import attention_mask
+from pejax.nn.attention.mask import attention_mask, chunk_id_arguments
 
 Array = jax.Array
 
@@ -34,7 +34,9 @@ def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
                      causal: bool, kv_length: Optional[Array] = None,
                      q_segment_ids: Optional[Array] = None,
                      k_segment_ids: Optional[Array] = None,
-                     window: Optional[int] = None) -> Array:
+                     window: Optional[int] = None,
+                     q_chunk_ids: Optional[Array] = None,
+                     k_chunk_ids: Optional[Array] = None) -> Array:
   """Softmax attention with ``logits_fn(logits)`` added to the masked logits.
 
   Args:
@@ -51,6 +53,8 @@ def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
     q_segment_ids: optional int ``[B, Lq]``.
     k_segment_ids: optional int ``[B, Lk]``.
     window: optional sliding window.
+    q_chunk_ids: optional int ``[B | 1, Lq]`` chunk of each query (chunked local attention).
+    k_chunk_ids: optional int ``[B | 1, Lk]``.
 
   Returns:
     ``[B, Lq, H, Dv]`` in ``q.dtype``.
@@ -59,7 +63,8 @@ def hooked_attention(q: Array, k: Array, v: Array, *, bias: Optional[Array],
   kv_heads = k.shape[2]
   q_g = q.reshape((batch, q_len, kv_heads, heads // kv_heads, head_dim))
   mask = attention_mask(q_slots, k_slots, causal=causal, kv_length=kv_length,
-                        q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids, window=window)
+                        q_segment_ids=q_segment_ids, k_segment_ids=k_segment_ids, window=window,
+                        q_chunk_ids=q_chunk_ids, k_chunk_ids=k_chunk_ids)
   logits = core.tile_logits(q_g, k, scale=1.0 / math.sqrt(head_dim), bias=bias, mask=mask)
   logits = logits.reshape((batch, heads, q_len, k.shape[1]))  # head h = kv_head * G + group
   logits = jnp.where(mask, logits + logits_fn(logits).astype(jnp.float32), core.MASKED)
@@ -80,7 +85,7 @@ def _run(call: AttentionCall) -> Array:
       q_slots=call.q_offset + jnp.arange(call.q.shape[1], dtype=jnp.int32),
       k_slots=jnp.arange(call.k.shape[1], dtype=jnp.int32), causal=call.causal,
       kv_length=call.kv_length, q_segment_ids=call.q_segment_ids,
-      k_segment_ids=call.k_segment_ids, window=call.window)
+      k_segment_ids=call.k_segment_ids, window=call.window, **chunk_id_arguments(call))
 
 
-KERNEL = register_kernel(Kernel("logit_hook", _serves, _run, priority=100))
+KERNEL = register_kernel(Kernel("logit_hook", _serves, _run, priority=100, chunk_aware=True))
