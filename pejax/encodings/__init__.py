@@ -28,6 +28,14 @@ from pejax.encodings.graph_laplacian import normalized_laplacian
 from pejax.encodings.graph_laplacian import random_sign_flip
 from pejax.encodings.graph_random_walk import random_walk_pe
 from pejax.encodings.graph_random_walk import random_walk_pe_from_edges
+from pejax.encodings.liere import apply_block_rotations
+from pejax.encodings.liere import apply_liere
+from pejax.encodings.liere import comrope_ap_generators
+from pejax.encodings.liere import comrope_ld_generators
+from pejax.encodings.liere import liere_generators
+from pejax.encodings.liere import liere_rope_generators
+from pejax.encodings.liere import liere_rotations
+from pejax.encodings.liere import skew_symmetric
 from pejax.encodings.mrope import apply_mrope
 from pejax.encodings.mrope import mrope_angles
 from pejax.encodings.mrope import mrope_position_ids
@@ -91,6 +99,7 @@ from pejax.lazy_exports import lazy_exports
 # NNX modules (Flax): imported on first use.
 _LAZY_EXPORTS = {
     "LearnedPositionEmbedding": "pejax.encodings.learned_position",
+    "LieRERotation": "pejax.encodings.liere_rotation",
     "RopeMixed": "pejax.encodings.rope_mixed",
     "rope_mixed_angles": "pejax.encodings.rope_mixed",
     "rope_mixed_init_freqs": "pejax.encodings.rope_mixed",
@@ -111,6 +120,8 @@ __all__ = (
     "alibi_bias",
     "alibi_slopes",
     "apply_axial_rope",
+    "apply_block_rotations",
+    "apply_liere",
     "apply_mrope",
     "apply_rope",
     "apply_xpos",
@@ -120,6 +131,8 @@ __all__ = (
     "check_adjacency",
     "check_grid_positions",
     "clamp_phase_bias",
+    "comrope_ap_generators",
+    "comrope_ld_generators",
     "connected_components",
     "cope_bias",
     "cope_positions",
@@ -137,6 +150,10 @@ __all__ = (
     "laplacian_pe_from_edges",
     "LaplacianPE",
     "LearnedPositionEmbedding",
+    "liere_generators",
+    "liere_rope_generators",
+    "liere_rotations",
+    "LieRERotation",
     "LinearScaling",
     "Llama3Scaling",
     "logn_query_scale",
@@ -173,6 +190,7 @@ __all__ = (
     "shaw_key_bias",
     "shaw_query_scores",
     "shaw_relative_index",
+    "skew_symmetric",
     "sinusoidal_2d_embedding",
     "sinusoidal_2d_table",
     "sinusoidal_embedding",
