@@ -44,6 +44,8 @@ _EXPORTS = {
     "fox_bias": "pejax.encodings",
     "forgetting_bias": "pejax.encodings",
     "per_row_alibi_bias": "pejax.encodings",
+    "path_logits": "pejax.encodings",
+    "path_logits_rows": "pejax.encodings",
     "cope_positions": "pejax.encodings",
     "cope_bias": "pejax.encodings",
     "alibi_bias": "pejax.encodings",

@@ -94,6 +94,8 @@ from pejax.encodings.fox import forgetting_bias
 from pejax.encodings.cope import cope_positions
 from pejax.encodings.cope import cope_bias
 from pejax.encodings.per_row_alibi import per_row_alibi_bias
+from pejax.encodings.path import path_logits
+from pejax.encodings.path import path_logits_rows
 from pejax.lazy_exports import lazy_exports
 
 # NNX modules (Flax): imported on first use.
@@ -110,6 +112,8 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = (
     "KernelBias",
+    "path_logits",
+    "path_logits_rows",
     "per_row_alibi_bias",
     "TileBias",
     "alibi_kernel_bias",
