@@ -15,7 +15,18 @@ model accepts any grid size). The positional encoding (``pe``):
 * ``"axial_rope"``: axial 2-D RoPE on queries and keys of every layer
   (:func:`pejax.encodings.axial_rope.apply_axial_rope`);
 * ``"rope_mixed"``: RoPE-Mixed with learned per-head, per-layer frequencies
-  (:class:`pejax.encodings.rope_mixed.RopeMixed`).
+  (:class:`pejax.encodings.rope_mixed.RopeMixed`);
+* ``"liere"``: LieRE, ``expm(row G_row + col G_col)`` with learned skew-symmetric ``b x b``
+  block generators per head and layer (:class:`pejax.encodings.liere_rotation.LieRERotation`);
+  its two generators need not commute, so it is not a relative encoding on the grid;
+* ``"comrope"``: ComRoPE-LD, the commuting variant (one skew matrix per block, scaled per axis),
+  relative on the grid.
+
+LieRE and ComRoPE start from axial RoPE with ``rope_base`` on a block partition (``init="rope"``:
+block j turns with axis ``j % 2``), so the comparison with ``axial_rope`` shows what learning
+the generators adds; their authors start from random generators for positions normalized to
+[0, 1] (``LieRERotation(init="random")``), which integer grid positions would make mostly
+high-frequency.
 
 The (row, column) positions of the patches are an explicit argument, so the caller decides how
 a larger grid is positioned (integer positions: extrapolation; scaled float positions:
@@ -33,11 +44,14 @@ import jax.numpy as jnp
 
 from pejax.encodings import axial_rope
 from pejax.encodings import learned_position
+from pejax.encodings import liere_rotation
 from pejax.encodings import position_grids
 from pejax.encodings import rope_mixed
 from pejax.encodings import sinusoidal_2d
 
-PE_CHOICES = ("none", "learned", "sincos2d", "axial_rope", "rope_mixed")
+PE_CHOICES = ("none", "learned", "sincos2d", "axial_rope", "rope_mixed", "liere", "comrope")
+# The LieRERotation variant of each learned-generator choice.
+_BLOCK_ROTATIONS = {"liere": "liere", "comrope": "comrope_ld"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +69,8 @@ class ViTConfig:
     num_classes: output classes.
     rope_base: base theta of axial RoPE (Heo et al. use 100 for ViTs).
     mixed_base: initial frequency base of RoPE-Mixed (10 in Heo et al.).
+    liere_block_size: generator block size b of LieRE / ComRoPE (even, ``head_dim // b >= 2``
+      so that each grid axis owns a block at init; 4 works down to head dim 8).
   """
   pe: str = "axial_rope"
   image_size: int = 8
@@ -66,6 +82,7 @@ class ViTConfig:
   num_classes: int = 10
   rope_base: float = 100.0
   mixed_base: float = 10.0
+  liere_block_size: int = 4
 
   def __post_init__(self):
     if self.pe not in PE_CHOICES:
@@ -80,6 +97,12 @@ class ViTConfig:
           f"{self.d_model}")
     if self.pe == "sincos2d" and self.d_model % 4:
       raise ValueError(f"d_model must be a multiple of 4 for sincos2d, got {self.d_model}")
+    if self.pe in _BLOCK_ROTATIONS:
+      try:
+        liere_rotation.check_block_size(self.liere_block_size, self.head_dim, init="rope",
+                                        num_axes=2)
+      except ValueError as error:
+        raise ValueError(f"liere_{error}") from None
 
   @property
   def train_grid(self) -> tuple[int, int]:
@@ -114,9 +137,15 @@ class Block(nnx.Module):
     self.fc1 = nnx.Linear(d, config.mlp_dim, rngs=rngs)
     self.fc2 = nnx.Linear(config.mlp_dim, d, rngs=rngs)
     # A module-or-None attribute must be assigned once (NNX fixes data vs static on first set).
-    self.rope: Optional[rope_mixed.RopeMixed] = (
-        rope_mixed.RopeMixed(config.head_dim, config.num_heads, base=config.mixed_base,
-                             rngs=rngs) if config.pe == "rope_mixed" else None)
+    rope: Optional[rope_mixed.RopeMixed | liere_rotation.LieRERotation] = None
+    if config.pe == "rope_mixed":
+      rope = rope_mixed.RopeMixed(config.head_dim, config.num_heads, base=config.mixed_base,
+                                  rngs=rngs)
+    elif config.pe in _BLOCK_ROTATIONS:
+      rope = liere_rotation.LieRERotation(
+          config.head_dim, config.num_heads, num_axes=2, block_size=config.liere_block_size,
+          variant=_BLOCK_ROTATIONS[config.pe], init="rope", base=config.rope_base, rngs=rngs)
+    self.rope = rope
 
   def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
     cfg = self.config
@@ -126,7 +155,7 @@ class Block(nnx.Module):
     if cfg.pe == "axial_rope":
       q = axial_rope.apply_axial_rope(q, positions, base=cfg.rope_base)
       k = axial_rope.apply_axial_rope(k, positions, base=cfg.rope_base)
-    elif cfg.pe == "rope_mixed":
+    elif cfg.pe in ("rope_mixed",) + tuple(_BLOCK_ROTATIONS):
       q, k = self.rope(q, positions), self.rope(k, positions)
     attended = jax.nn.dot_product_attention(q, k, v)
     x = x + self.proj(attended.reshape(b, n, d))

@@ -16,6 +16,7 @@ from experiments.image_grid import digits
 from experiments.image_grid import report
 from experiments.image_grid import study
 from experiments.image_grid import vit
+from pejax.encodings import position_grids
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -58,6 +59,49 @@ class ImageGridTest(absltest.TestCase):
       self.assertEqual(small.shape, (2, 10))
       self.assertEqual(large.shape, (2, 10))
       self.assertTrue(np.all(np.isfinite(np.asarray(large))), pe)
+
+  def test_liere_and_comrope_are_study_choices(self):
+    self.assertContainsSubset(("axial_rope", "rope_mixed", "liere", "comrope"), vit.PE_CHOICES)
+    self.assertEqual(study.StudyConfig().pes, vit.PE_CHOICES)
+    with self.assertRaisesRegex(ValueError, "liere_block_size"):
+      vit.ViTConfig(pe="liere", d_model=16, num_heads=2, liere_block_size=6)
+
+  def test_comrope_is_relative_on_the_grid_and_liere_is_not(self):
+    # Mean pooling over patches: a relative PE gives the same logits when every patch position
+    # moves by one offset. ComRoPE's generators commute whatever they learned; LieRE's learned
+    # row and column generators need not (at init both are axial RoPE, which commutes).
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    import jax  # pylint: disable=g-import-not-at-top
+    images = np.random.RandomState(0).rand(2, 8, 8).astype(np.float32)
+    positions = np.asarray(position_grids.grid_positions((4, 4)))
+    shifted = positions + np.array([3, 5], np.int32)
+    changes = {}
+    for pe in ("comrope", "liere"):
+      model = vit.TinyViT(vit.ViTConfig(pe=pe, d_model=16, num_heads=2, num_layers=1,
+                                        mlp_dim=16), rngs=nnx.Rngs(0))
+      at_init = abs(np.asarray(model(images, positions=shifted) - model(images,
+                                                                         positions=positions)))
+      self.assertLess(float(at_init.max()), 1e-4, pe)
+      rope = model.blocks[0].rope
+      keys = jax.random.split(jax.random.key(1), 2)
+      rope.generator_params[...] = jax.random.normal(keys[0], rope.generator_params[...].shape)
+      if rope.multipliers is not None:
+        rope.multipliers[...] = jax.random.normal(keys[1], rope.multipliers[...].shape)
+      learned = np.asarray(model(images, positions=shifted) - model(images, positions=positions))
+      changes[pe] = float(np.abs(learned).max())
+    self.assertLess(changes["comrope"], 1e-4)
+    self.assertGreater(changes["liere"], 1e-3)
+
+  @pytest.mark.slow
+  def test_liere_and_comrope_train_in_the_study(self):
+    config = study.StudyConfig(pes=("liere", "comrope"), seeds=(0,), steps=2, batch_size=8,
+                               warmup_steps=1, d_model=16, num_heads=2, num_layers=1, mlp_dim=16)
+    run = study.run_study(config, log=lambda _: None)
+    for pe in ("liere", "comrope"):
+      for name in ("train_grid", "extrapolate", "interpolate"):
+        (acc,) = run["results"][pe][name]
+        self.assertBetween(acc, 0.0, 1.0)
+      self.assertTrue(np.isfinite(run["train_loss"][pe][0]), pe)
 
   def test_data(self):
     data = digits.load_digits_split()
