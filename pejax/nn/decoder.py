@@ -76,7 +76,7 @@ def _check_batch_array(name: str, x: Any, batch: int, length: int, *,
 def init_cache_layout(config: DecoderConfig, layer_pes: Sequence[Any]) -> dict:
   """The per-model arguments of :func:`init_kv_cache`: layers, key/value heads, head dim and
   each layer's key-feature shape (``None`` for a PE without key features)."""
-  shapes = [pe.key_feature_shape() if pe.has_content_bias else None for pe in layer_pes]
+  shapes = [pe.key_feature_shape() if pe.has_features else None for pe in layer_pes]
   return dict(num_layers=config.num_layers, num_kv_heads=config.kv_heads,
               head_dim=config.head_dim,
               feature_shapes=tuple(None if shape is None else tuple(shape) for shape in shapes))

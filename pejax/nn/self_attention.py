@@ -135,7 +135,7 @@ class SelfAttention(nnx.Module):
     """Runs attention with the PE's bias / content bias / logit hooks for this layer.
 
     Returns ``(out, key_features)``; ``key_features`` is what the cache stores for the new
-    tokens (``None`` without a content-aware bias).
+    tokens (``None`` for a PE without ``features``).
     """
     if implementation == "blockwise" and not pe.supports_blockwise:
       raise ValueError(f"pe={pe.name!r} does not support blockwise attention (it needs whole "
@@ -143,7 +143,7 @@ class SelfAttention(nnx.Module):
     if bias is None:  # A per-layer PE computes its own bias (shared ones come evaluated).
       bias = pe_bias(pe, q_positions, k_positions, implementation)
     q_features = k_features = new_features = None
-    if pe.has_content_bias:
+    if pe.has_features:
       q_features, new_features = pe.features(x, q, q_positions, cache=cache)
       k_features = new_features
       if cache is not None and new_features is not None:
@@ -152,6 +152,7 @@ class SelfAttention(nnx.Module):
             lambda c, n: jax.lax.dynamic_update_slice_in_dim(c, n.astype(c.dtype), length, 1),
             cached, new_features)
         new_features = k_features
+    if pe.has_content_bias:
       position_bias = bias
 
       def bias(qp, kp, qf, kf):  # pylint: disable=function-redefined
@@ -162,14 +163,19 @@ class SelfAttention(nnx.Module):
         return total + extra
     logits_fn = None
     if pe.has_logits:
-      logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions)
+      # A PE with features (PaTH) gets them: its logits come from the tokens' transforms.
+      extra = (dict(q_features=q_features, k_features=k_features) if pe.has_features else {})
+      logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions, **extra)
+    # Features reach the attention call only as content-bias inputs (PaTH's feed its logits).
+    bias_q_features, bias_k_features = ((q_features, k_features) if pe.has_content_bias
+                                        else (None, None))
     # What a kernel that computes the bias inside needs (only where one runs).
     kernel_bias = (pe.kernel_bias() if callable(bias) and pe.has_kernel_bias
                    and kernel_bias_served() else None)
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
                     kernel_bias=kernel_bias,
                     implementation=implementation, block_size=self.block_size,
-                    window=self.window, q_features=q_features, k_features=k_features,
+                    window=self.window, q_features=bias_q_features, k_features=bias_k_features,
                     logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),
                     **kwargs)
     return out, new_features

@@ -23,7 +23,8 @@ hook                                                 where                      
                                                                                  KERPLE, FIRE
 ``features(x, q, positions, cache=)`` +              logits, from the layer's    FoX, Shaw
 ``content_bias(q_pos, k_pos, q_feat, k_feat)``       inputs (content-aware)
-``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE (dense)
+``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE, PaTH
+                                                     (+ features when defined)   (dense)
 ``kernel_bias()``                                    what a fused kernel needs   ALiBi, T5,
                                                      to compute ``bias`` inside  KERPLE, FIRE,
                                                                                  Sandwich
@@ -282,6 +283,10 @@ class PositionalEncoding(nnx.Module):
       q_positions: int ``[B | 1, Lq]``.
       k_positions: int ``[B | 1, Lk]``.
 
+    A PE that also overrides ``features`` receives them as keyword arguments ``q_features``
+    and ``k_features`` (every key's, cached ones included, as for ``content_bias``): PaTH's
+    transforms come from the tokens.
+
     Returns:
       float32 ``[B, H, Lq, Lk]`` added to the logits before the softmax.
     """
@@ -335,6 +340,12 @@ class PositionalEncoding(nnx.Module):
   def has_logits(self) -> bool:
     """Whether this PE overrides ``logits``."""
     return type(self).logits is not PositionalEncoding.logits
+
+  @property
+  def has_features(self) -> bool:
+    """Whether this PE computes per-token ``features`` (for ``content_bias`` or ``logits``; a
+    KV cache keeps their key side per layer)."""
+    return type(self).features is not PositionalEncoding.features
 
   @property
   def name(self) -> str:

@@ -1,0 +1,214 @@
+"""PaTH attention: data-dependent Householder transforms between every key and query.
+
+Axes: B batch, L length, T cache slots, H query heads, K key/value heads, D head dim, E width.
+
+Each layer computes, per token t and key/value head, a unit vector ``w_t`` and a strength
+``beta_t = 2 sigmoid(u . x_t + c)`` in (0, 2), and the logit of query i and key j <= i becomes
+``q_i^T H_i ... H_{j+1} k_j / sqrt(D)`` with ``H_t = I - beta_t w_t w_t^T``
+(:mod:`pejax.encodings.path`). As in the reference layer (fla's ``PaTHAttention``): ``w`` is a
+low-rank projection of the layer's input (``E -> w_rank -> K * D``, bias-free; ``w_rank = 0``: one
+``E -> K * D`` map), then a causal depthwise convolution over the last ``short_conv`` tokens with
+a SiLU (``short_conv = 0``: none), then L2-normalized per head; no other positional encoding.
+
+Hooks: ``features`` returns, per token and key/value head, ``w`` (D), ``beta`` (1), the
+pre-convolution projection (D, for the convolution of later tokens in KV-cache decoding), its
+position (1) and its slot (1), so a KV cache keeps one float32 ``[K, 2 D + 3]`` entry per token.
+``logits`` adds ``(A - q . k) / sqrt(D)`` to the scaled logits: a full sequence in chunks of
+``chunk_size`` (:func:`~pejax.encodings.path.path_logits`, O(L^2 D / C) memory under autodiff), new
+queries against a cache key by key (:func:`~pejax.encodings.path.path_logits_rows`). The logits
+need every key between a key and its query, so PaTH runs with dense attention
+(``attention="blockwise"`` raises a ``ValueError`` naming the PE); the chunked, memory-linear
+blockwise schedule of the paper is not built yet.
+
+The convolution does not reach across packed documents: a tap reads an earlier token only if its
+position is smaller than the current token's (positions restart in each packed document, and
+left padding sits at position 0). Positions play no other role: PaTH sees only the order.
+
+Defaults follow fla-org/flash-linear-attention's ``PaTHAttention`` (``use_low_rank_w=True`` with
+rank 32, ``use_w_shortconv=True``, ``conv_size=3``, no convolution bias, no forget gate), its
+layers initialized as torch's (uniform in ``+-1/sqrt(fan_in)``).
+
+References:
+  Yang, Shen, Wen, Tan, Mishra, Ren, Panda and Kim 2025, "PaTH Attention: Position Encoding via
+  Accumulating Householder Transformations", arXiv 2505.16381.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings import arg_checks
+from pejax.encodings.path import path_logits, path_logits_rows
+from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
+
+
+@dataclasses.dataclass(frozen=True)
+class PathConfig(PEConfig):
+  """PaTH settings (the reference layer's defaults).
+
+  Attributes:
+    w_rank: rank of the low-rank projection to the transform vectors (32); 0: a full-rank map.
+    short_conv: width of the causal depthwise convolution on the transform vectors (3); 0: none.
+    chunk_size: tokens per chunk of the full-sequence logits (64): a speed / memory knob, the
+      numbers do not depend on it beyond float32 rounding.
+  """
+
+  w_rank: int = 32
+  short_conv: int = 3
+  chunk_size: int = 64
+
+  def __post_init__(self):
+    arg_checks.check_nonnegative_int("w_rank", self.w_rank)
+    arg_checks.check_nonnegative_int("short_conv", self.short_conv)
+    arg_checks.check_positive_int("chunk_size", self.chunk_size)
+
+
+def _uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
+  limit = 1.0 / math.sqrt(fan_in)
+  return jax.random.uniform(key, shape, jnp.float32, -limit, limit)
+
+
+@register_pe("path")
+class PathPE(PositionalEncoding):
+  """``q_i^T H_i ... H_{j+1} k_j`` logits with ``H_t = I - beta_t w_t w_t^T`` from the tokens."""
+
+  config_class = PathConfig
+  translation_invariant = True
+  supports_blockwise = False
+  per_layer = True
+  content_aware = True
+  causal_only = True
+
+  def __init__(self, config: PathConfig, model: ModelDims, *, rngs: nnx.Rngs):
+    super().__init__(config, model, rngs=rngs)
+    kv_heads = getattr(model, "kv_heads", model.num_heads)
+    self.kv_heads = kv_heads
+    width, out = model.d_model, kv_heads * model.head_dim
+    if config.w_rank:
+      self.w_down = nnx.Param(_uniform(rngs.params(), (width, config.w_rank), width))
+      self.w_up = nnx.Param(_uniform(rngs.params(), (config.w_rank, out), config.w_rank))
+    else:
+      self.w_kernel = nnx.Param(_uniform(rngs.params(), (width, out), width))
+    if config.short_conv:
+      # torch.nn.Conv1d(groups=channels): fan_in = kernel width.
+      self.conv = nnx.Param(_uniform(rngs.params(), (config.short_conv, out), config.short_conv))
+    self.beta_kernel = nnx.Param(_uniform(rngs.params(), (width, kv_heads), width))
+    self.beta_bias = nnx.Param(_uniform(rngs.params(), (kv_heads,), width))
+
+  def _project(self, x: jax.Array) -> jax.Array:
+    """``[B, L, E]`` -> the pre-convolution transform vectors ``[B, L, K * D]`` (float32)."""
+    x = x.astype(jnp.float32)
+    hi = jax.lax.Precision.HIGHEST
+    if self.config.w_rank:
+      return jnp.einsum("blr,rf->blf", jnp.einsum("ble,er->blr", x, self.w_down[...],
+                                                  precision=hi), self.w_up[...], precision=hi)
+    return jnp.einsum("ble,ef->blf", x, self.w_kernel[...], precision=hi)
+
+  def features(self, x: jax.Array, q: jax.Array, positions: jax.Array, *,
+               cache: Optional[tuple[jax.Array, jax.Array]] = None) -> tuple[Any, Any]:
+    """Transform vectors, strengths, projections, positions and slots of the new tokens.
+
+    Args:
+      x: ``[B, L, E]`` the layer's normalized inputs.
+      q: ``[B, L, H, D]`` its queries (unused).
+      positions: int ``[B | 1, L]``.
+      cache: ``None``, or ``(cached [B, T, K, 2 D + 3], length)``: the convolution reads the
+        cached projections of slots ``length - 1, length - 2, ...``; the new tokens take slots
+        ``length ..``.
+
+    Returns:
+      ``(features, features)``: float32 ``[B, L, K, 2 D + 3]``: ``w`` (D), ``beta`` (1), the
+      projection (D), the position (1), the slot (1).
+    """
+    del q
+    batch, length = x.shape[:2]
+    dim = self.head_dim
+    raw = self._project(x)  # [B, L, K * D]
+    pos = jnp.broadcast_to(positions, (batch, length)).astype(jnp.float32)
+    start = jnp.int32(0) if cache is None else jnp.asarray(cache[1], jnp.int32)
+    width = self.config.short_conv
+    if width:
+      if cache is None:
+        past_raw = jnp.zeros((batch, width - 1, raw.shape[-1]), jnp.float32)
+        past_pos = jnp.full((batch, width - 1), jnp.inf, jnp.float32)  # Never before a token.
+      else:
+        cached = cache[0]
+        window = jnp.maximum(start - (width - 1), 0)
+        recent = jax.lax.dynamic_slice_in_dim(
+            jnp.pad(cached, ((0, 0), (width - 1, 0), (0, 0), (0, 0))),
+            start, width - 1, axis=1)  # Slots start - (W - 1) .. start - 1 (left-padded).
+        del window
+        past_raw = recent[..., dim + 1:2 * dim + 1].reshape(batch, width - 1, -1)
+        slot_of = start - (width - 1) + jnp.arange(width - 1)
+        filled = slot_of >= 0
+        past_pos = jnp.where(filled[None, :], recent[:, :, 0, 2 * dim + 1], jnp.inf)
+      all_raw = jnp.concatenate([past_raw, raw], axis=1)  # [B, W - 1 + L, K * D]
+      all_pos = jnp.concatenate([past_pos, pos], axis=1)
+      conv = self.conv[...]  # [W, K * D]; tap W - 1 is the current token.
+      mixed = jnp.zeros_like(raw)
+      for tap in range(width):
+        back = width - 1 - tap  # How many tokens back this tap reads.
+        lo = width - 1 - back
+        taken = all_raw[:, lo:lo + length]
+        ok = (back == 0) | (all_pos[:, lo:lo + length] < pos)
+        mixed = mixed + jnp.where(ok[..., None], taken, 0.0) * conv[tap][None, None, :]
+      w = jax.nn.silu(mixed)
+    else:
+      w = raw
+    w = w.reshape(batch, length, self.kv_heads, dim)
+    w = w * jax.lax.rsqrt(jnp.sum(w * w, axis=-1, keepdims=True) + 1e-6)  # fla's l2_norm.
+    beta = 2.0 * jax.nn.sigmoid(jnp.einsum(
+        "ble,ek->blk", x.astype(jnp.float32), self.beta_kernel[...],
+        precision=jax.lax.Precision.HIGHEST) + self.beta_bias[...][None, None, :])
+    slots = (start + jnp.arange(length, dtype=jnp.int32)).astype(jnp.float32)
+    per_head = lambda a: jnp.broadcast_to(a[:, :, None, None], (batch, length, self.kv_heads, 1))
+    features = jnp.concatenate([
+        w, beta[..., None], raw.reshape(batch, length, self.kv_heads, dim), per_head(pos),
+        per_head(jnp.broadcast_to(slots[None, :], (batch, length)))], axis=-1)
+    return features, features
+
+  def key_feature_shape(self) -> Optional[tuple[int, ...]]:
+    """``w``, ``beta``, the projection, the position and the slot per key/value head.
+
+    Returns:
+      ``(K, 2 D + 3)``.
+    """
+    return (self.kv_heads, 2 * self.head_dim + 3)
+
+  def logits(self, logits: jax.Array, q: jax.Array, k: jax.Array, q_positions: jax.Array,
+             k_positions: jax.Array, *, q_features: Any = None,
+             k_features: Any = None) -> jax.Array:
+    """``(A - q . k) / sqrt(D)``: turns the scaled ``q . k`` logits into PaTH's.
+
+    Args:
+      logits: float32 ``[B, H, Lq, Lk]`` scaled logits (unused: the term depends on q, k only).
+      q: ``[B, Lq, H, D]`` queries.
+      k: ``[B, Lk, K, D]`` keys in slot order.
+      q_positions: int ``[B | 1, Lq]`` (unused).
+      k_positions: int ``[B | 1, Lk]`` (unused).
+      q_features: float32 ``[B, Lq, K, 2 D + 3]`` from :meth:`features` (their slots).
+      k_features: float32 ``[B, Lk, K, 2 D + 3]``, every key's (empty slots: zeros, so
+        ``beta = 0``: no transform).
+
+    Returns:
+      float32 ``[B, H, Lq, Lk]``.
+    """
+    del logits, q_positions, k_positions
+    dim = self.head_dim
+    w, beta = k_features[..., :dim], k_features[..., dim]
+    qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
+    if q.shape[1] == k.shape[1]:  # A full sequence: queries at slots 0 .. L - 1.
+      a = path_logits(qf, kf, w, beta, chunk_size=self.config.chunk_size)
+    else:
+      q_slots = q_features[0, :, 0, 2 * dim + 2].astype(jnp.int32)
+      a = path_logits_rows(qf, kf, w, beta, q_slots=q_slots)
+    heads = q.shape[2]
+    plain = jnp.einsum("bihd,bjhd->bhij", qf, jnp.repeat(kf, heads // k.shape[2], axis=2),
+                       precision=jax.lax.Precision.HIGHEST)
+    return (a - plain) / math.sqrt(dim)

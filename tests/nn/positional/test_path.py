@@ -1,0 +1,140 @@
+"""Tests for the PaTH PE (pejax.nn.positional.path): the layer's transform vectors (projection,
+short convolution, normalization, strengths), the logits hook against pejax.encodings.path, KV-cache
+decoding (linear and evicting caches), packed documents, the blockwise refusal, config failures."""
+
+from __future__ import annotations
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pejax.encodings.path import path_logits
+from pejax.nn.decoder import Decoder
+from pejax.nn.decoder_config import DecoderConfig
+from pejax.nn.positional.path import PathConfig
+from pejax.nn.positional.path import PathPE
+from pejax.nn.positional.registry import registry_entry
+
+_TINY = dict(num_layers=2, d_model=32, num_heads=4, num_kv_heads=2, vocab_size=32)
+
+
+def _model(**overrides) -> Decoder:
+  return Decoder(DecoderConfig(pe="path", **{**_TINY, **overrides}), rngs=nnx.Rngs(0))
+
+
+def _silu(x):
+  return x / (1.0 + np.exp(-x))
+
+
+class PathPETest(parameterized.TestCase):
+
+  def test_defaults_are_the_reference_layers(self):
+    config = registry_entry("path").make_config()
+    self.assertEqual(config, PathConfig(w_rank=32, short_conv=3, chunk_size=64))
+    pe = PathPE(config, DecoderConfig(pe=config, **_TINY), rngs=nnx.Rngs(0))
+    self.assertTrue(pe.has_logits and pe.has_features)
+    self.assertFalse(pe.has_rotate or pe.has_bias or pe.has_content_bias)
+    self.assertFalse(pe.supports_blockwise)
+    self.assertEqual(pe.key_feature_shape(), (2, 2 * 8 + 3))
+    self.assertEqual(pe.w_down[...].shape, (32, 32))
+    self.assertEqual(pe.w_up[...].shape, (32, 16))
+    self.assertEqual(pe.conv[...].shape, (3, 16))
+    self.assertEqual(pe.beta_kernel[...].shape, (32, 2))
+    # torch's default initialization: uniform in +-1/sqrt(fan_in) (fan_in 3 for the conv).
+    self.assertLessEqual(float(jnp.max(jnp.abs(pe.conv[...]))), 3 ** -0.5)
+    self.assertGreater(float(jnp.max(jnp.abs(pe.conv[...]))), 0.8 * 3 ** -0.5)
+
+  def test_features_follow_the_reference_layer(self):
+    # w = l2norm(silu(causal depthwise conv(x W_down W_up))), beta = 2 sigmoid(x u + c).
+    pe = PathPE(PathConfig(), DecoderConfig(pe="path", **_TINY), rngs=nnx.Rngs(1))
+    x = np.asarray(jax.random.normal(jax.random.key(2), (1, 5, 32)))
+    features, _ = pe.features(x, None, np.arange(5, dtype=np.int32)[None])
+    raw = x @ np.asarray(pe.w_down[...]) @ np.asarray(pe.w_up[...])  # [1, 5, 16]
+    conv = np.asarray(pe.conv[...])  # [3, 16]; tap 2 is the current token
+    padded = np.concatenate([np.zeros((1, 2, 16)), raw], axis=1)
+    mixed = sum(padded[:, tap:tap + 5] * conv[tap] for tap in range(3))
+    w = _silu(mixed).reshape(1, 5, 2, 8)
+    w = w / np.sqrt(np.sum(w * w, axis=-1, keepdims=True) + 1e-6)
+    beta = 2.0 / (1.0 + np.exp(-(x @ np.asarray(pe.beta_kernel[...]) + np.asarray(
+        pe.beta_bias[...]))))
+    np.testing.assert_allclose(features[..., :8], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(features[..., 8], beta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(features[..., 9:17], raw.reshape(1, 5, 2, 8), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_array_equal(features[0, :, 1, 17], np.arange(5))  # positions
+    np.testing.assert_array_equal(features[0, :, 0, 18], np.arange(5))  # slots
+
+  def test_convolution_does_not_reach_across_packed_documents(self):
+    pe = PathPE(PathConfig(), DecoderConfig(pe="path", **_TINY), rngs=nnx.Rngs(1))
+    x = jax.random.normal(jax.random.key(3), (1, 7, 32))
+    packed, _ = pe.features(x, None, jnp.array([[0, 1, 2, 3, 0, 1, 2]], jnp.int32))
+    alone, _ = pe.features(x[:, 4:], None, jnp.arange(3, dtype=jnp.int32)[None])
+    np.testing.assert_allclose(packed[:, 4:, :, :17], alone[..., :17], rtol=1e-6, atol=1e-6)
+
+  def test_logits_hook_gives_path_logits(self):
+    pe = PathPE(PathConfig(chunk_size=3), DecoderConfig(pe="path", **_TINY), rngs=nnx.Rngs(1))
+    x = jax.random.normal(jax.random.key(4), (2, 7, 32))
+    q = jax.random.normal(jax.random.key(5), (2, 7, 4, 8))
+    k = jax.random.normal(jax.random.key(6), (2, 7, 2, 8))
+    positions = jnp.arange(7, dtype=jnp.int32)[None]
+    features, _ = pe.features(x, q, positions)
+    plain = jnp.einsum("bihd,bjhd->bhij", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(8)
+    term = pe.logits(plain, q, k, positions, positions, q_features=features,
+                     k_features=features)
+    expected = path_logits(q, k, features[..., :8], features[..., 8], chunk_size=5) / np.sqrt(8)
+    lower = np.tril(np.ones((7, 7), bool))
+    np.testing.assert_allclose((plain + term)[..., lower], expected[..., lower], rtol=1e-5,
+                               atol=1e-5)
+    # Rows against a cache: the same numbers from the key-by-key form.
+    rows = pe.logits(plain[:, :, 4:], q[:, 4:], k, positions[:, 4:], positions,
+                     q_features=features[:, 4:], k_features=features)
+    np.testing.assert_allclose((plain[:, :, 4:] + rows)[..., lower[4:]],
+                               expected[:, :, 4:][..., lower[4:]], rtol=1e-5, atol=1e-5)
+
+  @pytest.mark.slow
+  @parameterized.named_parameters(("linear", "none"), ("window", "window"))
+  def test_decoding_equals_the_full_forward(self, eviction):
+    model = _model()
+    tokens = jax.random.randint(jax.random.key(7), (2, 11), 0, 32, dtype=jnp.int32)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    cache = model.init_cache(2, 16, eviction=eviction)  # The window never evicts here.
+    logits, cache = nnx.jit(lambda m, t, c: m.prefill(t, None, c))(model, tokens[:, :4], cache)
+    np.testing.assert_allclose(logits, full[:, :4], rtol=2e-5, atol=2e-5)
+    step = nnx.jit(lambda m, t, p, c: m.decode_step(t, p, c))
+    for i in range(4, 11):
+      logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i, jnp.int32), cache)
+      np.testing.assert_allclose(logits[:, 0], full[:, i], rtol=2e-5, atol=2e-5,
+                                 err_msg=f"token {i}")
+
+  @pytest.mark.slow
+  def test_the_transforms_change_the_model_and_blockwise_is_refused_by_name(self):
+    model = _model(num_layers=1)
+    tokens = jax.random.randint(jax.random.key(8), (1, 9), 0, 32, dtype=jnp.int32)
+    forward = nnx.jit(lambda m, t: m(t))
+    with_transforms = forward(model, tokens)
+    model.pes[0].beta_bias[...] = jnp.full((2,), -30.0)  # beta ~ 0: plain (NoPE) attention.
+    model.pes[0].beta_kernel[...] = jnp.zeros_like(model.pes[0].beta_kernel[...])
+    nope = Decoder(DecoderConfig(pe="none", **{**_TINY, "num_layers": 1}), rngs=nnx.Rngs(0))
+    nnx.update(nope, nnx.filter_state(nnx.state(model, nnx.Param),
+                                      lambda path, _: "pes" not in path))
+    self.assertGreater(float(jnp.max(jnp.abs(with_transforms - forward(model, tokens)))), 1e-3)
+    np.testing.assert_allclose(forward(model, tokens), forward(nope, tokens), rtol=1e-5,
+                               atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "pe='path' does not support blockwise"):
+      model(tokens, attention="blockwise")
+
+  def test_failures_name_the_field(self):
+    for kwargs, name in [(dict(w_rank=-1), "w_rank"), (dict(short_conv=1.5), "short_conv"),
+                         (dict(chunk_size=0), "chunk_size"), (dict(chunk_size=True),
+                                                              "chunk_size")]:
+      with self.subTest(name=name, kwargs=kwargs):
+        with self.assertRaisesRegex(ValueError, name):
+          PathConfig(**kwargs)
+
+
+if __name__ == "__main__":
+  absltest.main()
