@@ -145,7 +145,11 @@ class LieRERotation(nnx.Module):
                         if variant == "comrope_ld" else None)
 
   def generators(self) -> jax.Array:
-    """float32 skew-symmetric generators ``[A, K, M, b, b]`` from the parameters."""
+    """The skew-symmetric generators of this module's variant, from its parameters.
+
+    Returns:
+      float32 ``[A, K, M, b, b]``.
+    """
     params = self.generator_params[...]
     if self.variant == "liere":
       return liere.liere_generators(params)
@@ -154,7 +158,14 @@ class LieRERotation(nnx.Module):
     return liere.comrope_ld_generators(params, self.multipliers[...])
 
   def rotations(self, positions: Any) -> jax.Array:
-    """float32 ``[..., N, K, M, b, b]`` rotations of ``[..., N, A]`` positions."""
+    """The rotations ``expm(sum_a p_a G_a)`` of positions, block by block.
+
+    Args:
+      positions: ``[..., N, A]`` integer or float32 positions.
+
+    Returns:
+      float32 ``[..., N, K, M, b, b]``.
+    """
     return liere.liere_rotations(positions, self.generators(), max_squarings=self.max_squarings)
 
   def __call__(self, x: jax.Array, positions: Any) -> jax.Array:
