@@ -343,6 +343,10 @@ def decoder_config_to_hf(config: DecoderConfig, *, model_type: Optional[str] = N
   if windows != {None} and (len(windows) != 1 or model_type not in ("mistral", "phi3")):
     raise _cannot("sliding_window", config.sliding_window, model_type, "only mistral / phi3 "
                   "with one window for every layer are written")
+  if set(config.layer_chunk_sizes) != {None}:
+    raise _cannot("chunk_size", config.chunk_size, model_type, "the llama-family configs pejax "
+                  "writes have no chunked attention (Llama 4's attention_chunk_size is not "
+                  "written)")
   rope = pe.rope_config(config.head_dim)
   if max_position_embeddings is None:
     s = pe.scaling

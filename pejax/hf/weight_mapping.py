@@ -80,7 +80,7 @@ def weight_entries(config: DecoderConfig, model_type: str) -> list[WeightEntry]:
     if config.output_bias:
       entries.append(WeightEntry(block + ("attention", "output", "bias"), attn + "o_proj.bias",
                                  False, None, (width,)))
-    if config.qk_norm:
+    if config.layer_qk_norms[i] is True:  # A learned scale ("l2", Llama 4's, has none).
       for key, hf in (("query_norm", "q_norm"), ("key_norm", "k_norm")):
         entries.append(WeightEntry(block + ("attention", key, "scale"), attn + f"{hf}.weight",
                                    False, None, (head_dim,)))

@@ -16,7 +16,11 @@ from pejax.nn.positional.registry import pe_name_of
 
 MLP_KINDS = ("swiglu", "gelu", "geglu")
 DTYPES = ("float32", "bfloat16")
-QUERY_SCALINGS = ("none", "logn", "ssmax")
+QUERY_SCALINGS = ("none", "logn", "ssmax", "llama4")
+QK_NORMS = (False, True, "l2")
+# Llama 4's attention-temperature defaults (Hugging Face Llama4TextConfig).
+LLAMA4_FLOOR_SCALE = 8192
+LLAMA4_ATTN_SCALE = 0.1
 
 PESpec = Union[str, PEConfig]
 
@@ -28,6 +32,15 @@ def _per_layer(name: str, value, num_layers: int) -> tuple:
     raise ValueError(f"{name} must be one value or a tuple whose length divides num_layers "
                      f"({num_layers}), got {value!r}")
   return tuple(values[i % len(values)] for i in range(num_layers))
+
+
+def _store_per_layer(config, name: str) -> None:
+  """Stores field ``name`` of a per-layer option as a tuple (lists are not hashable), or as its
+  one value when every entry is equal (so ``config.chunk_size`` reads ``8`` for ``(8, 8)``)."""
+  value = getattr(config, name)
+  if isinstance(value, (tuple, list)):
+    values = tuple(value)
+    object.__setattr__(config, name, values[0] if len(set(values)) == 1 else values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +55,12 @@ class DecoderConfig:
   (per-layer patterns: ``("rope", "rope", "rope", "none")`` with ``sliding_window=(128, 128, 128,
   None)`` is RNoPE-SWA). Names are normalized to configs on construction, so ``config.pe`` is
   always a :class:`PEConfig` or a tuple of them; ``config.pe_name`` gives the name(s).
+
+  ``sliding_window``, ``chunk_size``, ``query_scaling`` and ``qk_norm`` take per-layer tuples the
+  same way (a tuple of ``chunk_size``, ``query_scaling`` or ``qk_norm`` whose entries are all
+  equal is stored as that one value). Llama 4's iRoPE
+  (chunked RoPE layers with an L2 QK-norm, every 4th layer global NoPE with temperature-tuned
+  queries) is :func:`pejax.nn.irope_pattern`.
   """
 
   # Model shape.
@@ -65,7 +84,10 @@ class DecoderConfig:
   # False for Llama / Mistral / Qwen / Phi-3, which use them as they are.
   qkv_bias: bool = False  # Biases on the query / key / value projections (Qwen2).
   output_bias: bool = False  # Bias on the attention output projection.
-  qk_norm: bool = False  # Per-head RMSNorm of queries and keys before the rotation (Qwen3).
+  qk_norm: Union[bool, str, tuple] = False  # Per-head RMSNorm of queries and keys before the
+  # rotation: True = with a learned scale (Qwen3), "l2" = weightless, x * rsqrt(mean(x^2) + eps)
+  # (Llama 4's L2 norm, which it applies after the rotation: the same numbers, since a rotation
+  # keeps mean(x^2)); a tuple is cycled over the layers.
   norm_offset: float = 0.0  # RMSNorm multiplies by (norm_offset + scale); Gemma: 1.0 with
   # scales stored around 0.
 
@@ -83,8 +105,15 @@ class DecoderConfig:
   pe: Union[PESpec, tuple] = "rope"  # A PE config, a registry name, or a per-layer tuple.
   sliding_window: Union[None, int, tuple] = None  # Local attention: a query sees the W most
   # recent slots (itself included); None = global. A tuple is cycled over the layers.
-  query_scaling: str = "none"  # "logn" (Qwen-1 / Su) or "ssmax" (Nakanishi 2025) or "none".
+  chunk_size: Union[None, int, tuple] = None  # Chunked local attention (Llama 4): a query at
+  # position p sees only keys at positions k with k // C == p // C; None = global. A tuple is
+  # cycled over the layers; with a sliding window on the same layer both masks apply.
+  query_scaling: Union[str, tuple] = "none"  # "logn" (Qwen-1 / Su), "ssmax" (Nakanishi 2025),
+  # "llama4" (Llama 4's attention-temperature tuning) or "none"; a tuple per layer.
   query_scaling_length: int = 0  # Training length L of "logn": q * max(1, log(n) / log(L)).
+  query_scaling_floor: Optional[int] = None  # "llama4": q * (1 + s * log1p((p + 1) // F)), F
+  # = HF floor_scale (None: 8192).
+  query_scaling_strength: Optional[float] = None  # "llama4": s = HF attn_scale (None: 0.1).
 
   def __post_init__(self):
     for name in ("vocab_size", "num_layers", "d_model", "num_heads", "block_size"):
@@ -109,9 +138,14 @@ class DecoderConfig:
     if not isinstance(self.norm_offset, (int, float)) or isinstance(self.norm_offset, bool) or (
         not math.isfinite(self.norm_offset)):
       raise ValueError(f"norm_offset must be a finite number, got {self.norm_offset!r}")
-    for name in ("scale_embeddings", "qkv_bias", "output_bias", "qk_norm"):
+    for name in ("scale_embeddings", "qkv_bias", "output_bias"):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+    for norm in _per_layer("qk_norm", self.qk_norm, self.num_layers):
+      if not (isinstance(norm, bool) or norm == "l2"):
+        raise ValueError(f"qk_norm must be False, True or 'l2' (or a per-layer tuple of them), "
+                         f"got {self.qk_norm!r}")
+    _store_per_layer(self, "qk_norm")
     arg_checks.check_choice("dtype", self.dtype, DTYPES)
     arg_checks.check_positive_float("norm_epsilon", self.norm_epsilon)
     arg_checks.check_choice("attention", self.attention, ATTENTION_CHOICES)
@@ -132,16 +166,37 @@ class DecoderConfig:
         arg_checks.check_positive_int("sliding_window", window)
     if isinstance(self.sliding_window, list):
       object.__setattr__(self, "sliding_window", tuple(self.sliding_window))
-    arg_checks.check_choice("query_scaling", self.query_scaling, QUERY_SCALINGS)
+    for chunk in _per_layer("chunk_size", self.chunk_size, self.num_layers):
+      if chunk is not None:
+        arg_checks.check_positive_int("chunk_size", chunk)
+    _store_per_layer(self, "chunk_size")
+    scalings = _per_layer("query_scaling", self.query_scaling, self.num_layers)
+    for scaling in scalings:
+      arg_checks.check_choice("query_scaling", scaling, QUERY_SCALINGS)
+    _store_per_layer(self, "query_scaling")
+    kinds = set(scalings)
+    shown = self.query_scaling
     arg_checks.check_nonnegative_int("query_scaling_length", self.query_scaling_length)
-    if self.query_scaling == "logn":
+    if "logn" in kinds:
       arg_checks.check_positive_int("query_scaling_length", self.query_scaling_length)
-    if self.query_scaling_length == 1 and self.query_scaling != "none":
-      raise ValueError(f"query_scaling_length must be >= 2 for query_scaling="
-                       f"{self.query_scaling!r} (log L divides), got 1")
-    if self.query_scaling == "none" and self.query_scaling_length:
+    if self.query_scaling_length == 1 and kinds & {"logn", "ssmax"}:
+      raise ValueError(f"query_scaling_length must be >= 2 for query_scaling={shown!r} (log L "
+                       "divides), got 1")
+    if self.query_scaling_length and not kinds & {"logn", "ssmax"}:
       raise ValueError(f"query_scaling_length={self.query_scaling_length} has no effect with "
-                       "query_scaling='none'; set query_scaling='logn' or 'ssmax', or leave it 0")
+                       f"query_scaling={shown!r}; set query_scaling='logn' or 'ssmax', or leave "
+                       "it 0")
+    for name in ("query_scaling_floor", "query_scaling_strength"):
+      if getattr(self, name) is not None and "llama4" not in kinds:
+        raise ValueError(f"{name}={getattr(self, name)!r} has no effect with query_scaling="
+                         f"{shown!r}; set query_scaling='llama4' (on some layer), or leave it "
+                         "None")
+    if self.query_scaling_floor is not None:
+      arg_checks.check_positive_int("query_scaling_floor", self.query_scaling_floor)
+    strength = self.query_scaling_strength
+    if strength is not None and (isinstance(strength, bool) or not isinstance(
+        strength, (int, float)) or not math.isfinite(strength)):
+      raise ValueError(f"query_scaling_strength must be a finite number, got {strength!r}")
 
   @property
   def layer_pes(self) -> tuple[PEConfig, ...]:
@@ -152,6 +207,33 @@ class DecoderConfig:
   def layer_windows(self) -> tuple[Optional[int], ...]:
     """The sliding window of each layer (``None``: global attention)."""
     return _per_layer("sliding_window", self.sliding_window, self.num_layers)
+
+  @property
+  def layer_chunk_sizes(self) -> tuple[Optional[int], ...]:
+    """The attention chunk size of each layer (``None``: no chunking)."""
+    return _per_layer("chunk_size", self.chunk_size, self.num_layers)
+
+  @property
+  def layer_query_scalings(self) -> tuple[str, ...]:
+    """The query scaling of each layer (``"none"``, ``"logn"``, ``"ssmax"``, ``"llama4"``)."""
+    return _per_layer("query_scaling", self.query_scaling, self.num_layers)
+
+  @property
+  def layer_qk_norms(self) -> tuple[Union[bool, str], ...]:
+    """The QK-norm of each layer (``False``, ``True``: learned scale, ``"l2"``: weightless)."""
+    return _per_layer("qk_norm", self.qk_norm, self.num_layers)
+
+  @property
+  def llama4_floor_scale(self) -> int:
+    """F of ``query_scaling="llama4"``: ``query_scaling_floor`` or Llama 4's 8192."""
+    return (LLAMA4_FLOOR_SCALE if self.query_scaling_floor is None
+            else self.query_scaling_floor)
+
+  @property
+  def llama4_attn_scale(self) -> float:
+    """s of ``query_scaling="llama4"``: ``query_scaling_strength`` or Llama 4's 0.1."""
+    return (LLAMA4_ATTN_SCALE if self.query_scaling_strength is None
+            else float(self.query_scaling_strength))
 
   @property
   def pe_name(self) -> str:

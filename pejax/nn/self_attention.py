@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from pejax.encodings.query_scaling import logn_query_scale, ssmax_query_scale
+from pejax.encodings.query_scaling import llama4_query_scale, logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention, kernel_bias_served
 from pejax.nn.kv_cache import LayerCache
-from pejax.nn.rms_norm import make_rms_norm
+from pejax.nn.rms_norm import make_rms_norm, rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
 from pejax.nn.token_linear import TokenLinear
 from pejax.parallel import logical_axes as axes
@@ -77,9 +77,12 @@ class SelfAttention(nnx.Module):
     self.block_size = config.block_size
     self.cache_rotated_keys = config.cache_rotated_keys
     self.window = config.layer_windows[layer]
-    self.query_scaling = config.query_scaling
+    self.chunk_size = config.layer_chunk_sizes[layer]
+    self.query_scaling = config.layer_query_scalings[layer]
     self.query_scaling_length = config.query_scaling_length
-    if config.query_scaling == "ssmax":
+    self.llama4_floor_scale = config.llama4_floor_scale
+    self.llama4_attn_scale = config.llama4_attn_scale
+    if self.query_scaling == "ssmax":
       # s = 1 / log(L) makes the factor 1 at the training length (neutral at initialization);
       # 512 when no training length is given.
       length = config.query_scaling_length or 512  # >= 2 (DecoderConfig checks it).
@@ -101,9 +104,15 @@ class SelfAttention(nnx.Module):
                         bias=qkv_bias)
     self.output = linear(self.num_heads * self.head_dim, width, (axes.HEADS, axes.EMBED),
                          bias=config.output_bias)
-    # QK-norm (Qwen3): an RMSNorm over each query / key head, before the PE rotation.
-    self.query_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if config.qk_norm else None
-    self.key_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if config.qk_norm else None
+    # QK-norm: an RMSNorm over each query / key head before the PE rotation, with a learned scale
+    # (True: Qwen3) or without one ("l2": Llama 4, where it follows the rotation; a rotation
+    # keeps mean(x^2), so the order changes no number beyond rounding).
+    qk_norm = config.layer_qk_norms[layer]
+    self.qk_l2_norm = qk_norm == "l2"
+    self.norm_epsilon = config.norm_epsilon
+    learned = qk_norm is True
+    self.query_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if learned else None
+    self.key_norm = make_rms_norm(config, self.head_dim, rngs=rngs) if learned else None
 
   def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``[B, L, E]`` -> q ``[B, L, H, D]``, k and v ``[B, L, K, D]`` (QK-normed if configured)."""
@@ -113,6 +122,10 @@ class SelfAttention(nnx.Module):
     v = self.value(x).reshape((batch, length, self.num_kv_heads, self.head_dim))
     if self.query_norm is not None:
       q, k = self.query_norm(q), self.key_norm(k)
+    elif self.qk_l2_norm:
+      unit = jnp.ones((self.head_dim,), jnp.float32)
+      q = rms_norm(q, unit, epsilon=self.norm_epsilon, dtype=q.dtype)
+      k = rms_norm(k, unit, epsilon=self.norm_epsilon, dtype=k.dtype)
     return (axes.constrain(q, _HEADS_LAYOUT), axes.constrain(k, _KV_HEADS_LAYOUT),
             axes.constrain(v, _KV_HEADS_LAYOUT))
 
@@ -121,11 +134,15 @@ class SelfAttention(nnx.Module):
     return self.output(out.reshape((batch, length, self.num_heads * self.head_dim)))
 
   def _scale_queries(self, q: jax.Array, positions: jax.Array) -> jax.Array:
-    """log-n / SSMax: queries times a factor of their position (``n = position + 1`` keys)."""
+    """log-n / SSMax / Llama 4: queries times a factor of their position (``n = position + 1``
+    keys)."""
     if self.query_scaling == "none":
       return q
     if self.query_scaling == "logn":
       factor = logn_query_scale(positions, train_len=self.query_scaling_length)[..., None, None]
+    elif self.query_scaling == "llama4":
+      factor = llama4_query_scale(positions, floor_scale=self.llama4_floor_scale,
+                                  attn_scale=self.llama4_attn_scale)[..., None, None]
     else:
       factor = ssmax_query_scale(positions, self.ssmax_s[...])[..., None]  # [B|1, L, H, 1]
     return (q.astype(jnp.float32) * factor).astype(q.dtype)
@@ -175,7 +192,8 @@ class SelfAttention(nnx.Module):
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
                     kernel_bias=kernel_bias,
                     implementation=implementation, block_size=self.block_size,
-                    window=self.window, q_features=bias_q_features, k_features=bias_k_features,
+                    window=self.window, chunk_size=self.chunk_size, q_features=bias_q_features,
+                    k_features=bias_k_features,
                     logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),
                     **kwargs)
     return out, new_features

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pejax.encodings.query_scaling import llama4_query_scale
 from pejax.encodings.query_scaling import logn_query_scale
 from pejax.encodings.query_scaling import ssmax_query_scale
 
@@ -119,6 +120,46 @@ class SsmaxQueryScaleTest(chex.TestCase):
       ssmax_query_scale(p, np.ones(2, np.int32))
     with self.assertRaisesRegex(ValueError, r"positions must be >= 0 .*got min -1"):
       ssmax_query_scale(np.array([[-1, 0]], np.int32), np.ones(2, np.float32))
+
+
+def _hf_llama4_scale(positions, floor_scale, attn_scale):
+  """HF Llama4TextAttention's formula, in float32 numpy: log1p(floor((p + 1.0) / F)) * s + 1."""
+  p = np.asarray(positions, np.float32)
+  floor = np.floor((p + np.float32(1.0)) / np.float32(floor_scale))
+  return np.log1p(floor) * np.float32(attn_scale) + np.float32(1.0)
+
+
+class Llama4QueryScaleTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_golden_at_llama4_defaults(self):
+    # 1 until p + 1 reaches F = 8192, then 1 + 0.1 log 2, 1 + 0.1 log 3 at 2F - 1, ...
+    positions = np.array([[0, 8190, 8191, 16382, 16383, 32767]], np.int32)
+    scale = self.variant(llama4_query_scale)(positions)
+    chex.assert_shape(scale, positions.shape)
+    chex.assert_type(scale, jnp.float32)
+    np.testing.assert_allclose(
+        scale[0], [1.0, 1.0, 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(2),
+                   1 + 0.1 * math.log(3), 1 + 0.1 * math.log(5)], rtol=1e-7)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(("f4", 4, 0.5), ("f1", 1, 0.1), ("f7", 7, 2.0))
+  def test_matches_hugging_faces_formula(self, floor_scale, attn_scale):
+    positions = np.arange(200, dtype=np.int32)[None]
+    fn = functools.partial(llama4_query_scale, floor_scale=floor_scale, attn_scale=attn_scale)
+    np.testing.assert_allclose(self.variant(fn)(positions),
+                               _hf_llama4_scale(positions, floor_scale, attn_scale), rtol=1e-7)
+
+  def test_rejects_bad_inputs(self):
+    positions = np.array([[0, 1]], np.int32)
+    with self.assertRaisesRegex(ValueError, "floor_scale must be a positive integer, got 0"):
+      llama4_query_scale(positions, floor_scale=0)
+    with self.assertRaisesRegex(ValueError, "attn_scale must be a finite number, got inf"):
+      llama4_query_scale(positions, attn_scale=float("inf"))
+    with self.assertRaisesRegex(ValueError, "positions must be >= 0"):
+      llama4_query_scale(np.array([[-1, 0]], np.int32))
+    poisoned = jax.jit(llama4_query_scale)(jnp.array([[-1, 0]], jnp.int32))
+    self.assertTrue(bool(jnp.isnan(poisoned[0, 0])) and float(poisoned[0, 1]) == 1.0)
 
 
 if __name__ == "__main__":

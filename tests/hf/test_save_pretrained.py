@@ -292,6 +292,9 @@ class UnwritableTest(parameterized.TestCase):
       ("per_layer_window", dict(num_layers=2, sliding_window=(4, None), scale_embeddings=False),
        "sliding_window"),
       ("gelu_mlp", dict(mlp="gelu", scale_embeddings=False), "DecoderConfig.mlp"),
+      ("chunked", dict(chunk_size=8, scale_embeddings=False), "DecoderConfig.chunk_size = 8"),
+      ("llama4_scaling", dict(query_scaling="llama4", scale_embeddings=False), "query_scaling"),
+      ("l2_qk_norm", dict(qk_norm="l2", scale_embeddings=False), "qk_norm = 'l2'"),
   )
   def test_error_names_the_field(self, fields, field):
     config = DecoderConfig(num_layers=fields.pop("num_layers", 1), d_model=32, num_heads=2,

@@ -11,6 +11,7 @@ import chex
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from pejax.encodings.rope_scaling import LinearScaling
@@ -66,11 +67,64 @@ class DecoderConfigTest(parameterized.TestCase):
       ("attention", dict(attention="flash"), "attention must be one of"),
       ("block_size", dict(block_size=0), "block_size must be a positive integer"),
       ("num_layers", dict(num_layers=1.5), "num_layers must be a positive integer"),
+      ("chunk_size", dict(chunk_size=0), "chunk_size must be a positive integer, got 0"),
+      ("chunk_size_layer", dict(num_layers=2, chunk_size=(8, -1)),
+       "chunk_size must be a positive integer, got -1"),
+      ("chunk_size_pattern", dict(num_layers=3, chunk_size=(8, None)),
+       r"chunk_size must be one value or a tuple whose length divides num_layers \(3\)"),
+      ("query_scaling_layer", dict(num_layers=2, query_scaling=("none", "llama")),
+       "query_scaling must be one of .*got 'llama'"),
+      ("qk_norm", dict(qk_norm="rms"), "qk_norm must be False, True or 'l2'.*got 'rms'"),
+      ("floor_unused", dict(query_scaling_floor=16),
+       "query_scaling_floor=16 has no effect with query_scaling='none'"),
+      ("strength_unused", dict(query_scaling="logn", query_scaling_length=8,
+                               query_scaling_strength=0.2),
+       "query_scaling_strength=0.2 has no effect with query_scaling='logn'"),
+      ("floor_bad", dict(query_scaling="llama4", query_scaling_floor=0),
+       "query_scaling_floor must be a positive integer, got 0"),
+      ("strength_bad", dict(query_scaling="llama4", query_scaling_strength="0.1"),
+       "query_scaling_strength must be a finite number, got '0.1'"),
+      ("length_llama4", dict(query_scaling="llama4", query_scaling_length=128),
+       "query_scaling_length=128 has no effect with query_scaling='llama4'"),
   )
   def test_invalid_field_names_the_field(self, options, message):
     with self.assertRaisesRegex(ValueError, message):
       # A PE config validates itself on construction (a lambda defers it into the check).
       DecoderConfig(**{k: v() if callable(v) else v for k, v in options.items()})
+
+  def test_per_layer_attention_options(self):
+    config = DecoderConfig(num_layers=4, chunk_size=(8, None), query_scaling=("none", "llama4"),
+                           qk_norm=("l2", False), query_scaling_floor=16)
+    self.assertEqual(config.layer_chunk_sizes, (8, None, 8, None))
+    self.assertEqual(config.layer_query_scalings, ("none", "llama4") * 2)
+    self.assertEqual(config.layer_qk_norms, ("l2", False) * 2)
+    self.assertEqual((config.llama4_floor_scale, config.llama4_attn_scale), (16, 0.1))
+    # A uniform tuple is stored as its one value (what the HF writer and launch compare).
+    uniform = DecoderConfig(num_layers=2, chunk_size=[8, 8], query_scaling=("none", "none"),
+                            qk_norm=(True, True))
+    self.assertEqual((uniform.chunk_size, uniform.query_scaling, uniform.qk_norm),
+                     (8, "none", True))
+    hash(config)  # A jit static.
+
+  def test_per_layer_attention_options_reach_the_layers(self):
+    model = Decoder(DecoderConfig(**{**TINY, "num_layers": 2}, chunk_size=(4, None),
+                                  query_scaling=("llama4", "none"), qk_norm=(True, "l2")),
+                    rngs=nnx.Rngs(0))
+    first, second = (block.attention for block in model.blocks)
+    self.assertEqual((first.chunk_size, second.chunk_size), (4, None))
+    self.assertEqual((first.query_scaling, second.query_scaling), ("llama4", "none"))
+    # A learned QK-norm scale on layer 0 only; "l2" has no parameter.
+    self.assertIsNotNone(first.query_norm)
+    self.assertIsNone(second.query_norm)
+    self.assertTrue(second.qk_l2_norm)
+
+  def test_l2_qk_norm_normalizes_each_head(self):
+    # "l2": q and k of every head have mean square 1 (up to eps) before the rotation.
+    model = Decoder(DecoderConfig(**TINY, qk_norm="l2"), rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (1, 5, TINY["d_model"]))
+    q, k, _ = model.blocks[0].attention._project(x)  # pylint: disable=protected-access
+    for t in (q, k):
+      np.testing.assert_allclose(jnp.mean(t * t, axis=-1), 1.0, rtol=1e-4)
 
   def test_odd_head_dim_is_fine_without_rope(self):
     self.assertEqual(DecoderConfig(pe="alibi", d_model=28, num_heads=4).head_dim, 7)

@@ -290,6 +290,64 @@ class PatternsTest(parameterized.TestCase):
     want = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(jnp.where(mask, logits, -1e30)), k)
     chex.assert_trees_all_close(out, want, atol=2e-5)
 
+  def test_irope_pattern(self):
+    # Llama 4's pattern on 2 layers: RoPE + chunks of 4 + L2 QK-norm, then NoPE with the
+    # temperature (floor 3, so it acts within 13 tokens). Dense == blockwise (tiles of 4 over
+    # chunks of 4), decoding across the chunk boundaries at 8 and 12, packed sequences.
+    from pejax.nn import irope_pattern  # pylint: disable=g-import-not-at-top
+    fields = irope_pattern(2, nope_every=2, chunk_size=4, floor_scale=3, attn_scale=0.5)
+    model = _model(fields.pop("pe"), **fields)
+    self.assertEqual(model.config.pe_name, "rope,none")
+    self._check_paths(model)
+    # The chunk size and the temperature both change the numbers (the paths above would agree
+    # with each other even if one of them were ignored everywhere).
+    dense = _forward(model, _tokens(2, 13))
+    for off in (dict(chunk_size=None), dict(query_scaling_strength=0.0)):
+      other = _model(model.config.pe, **{**fields, **off})
+      self.assertGreater(float(jnp.abs(_forward(other, _tokens(2, 13)) - dense).max()), 1e-4)
+
+  @parameterized.named_parameters(("c1", 1), ("c3", 3), ("c5", 5))
+  def test_chunked_attention_isolates_chunks(self, chunk):
+    # With every layer chunked, no information crosses a chunk boundary, however deep the model:
+    # changing the first chunk's tokens changes no later logit (unlike a window, whose receptive
+    # field grows by W - 1 per layer) and changes every logit in the first chunk.
+    model = _model("alibi", chunk_size=chunk)
+    dense = self._check_paths(model)
+    tokens = _tokens(2, 13)
+    changed = tokens.at[:, :chunk].set((tokens[:, :chunk] + 1) % TINY["vocab_size"])
+    changed = _forward_with(model, changed, None, None, attention="dense")
+    chex.assert_trees_all_close(changed[:, chunk:], dense[:, chunk:], atol=1e-5)
+    self.assertGreater(float(jnp.abs(changed[:, :chunk] - dense[:, :chunk]).min(axis=-1).max()),
+                       1e-4)
+
+  @parameterized.named_parameters(*CASES)
+  @pytest.mark.slow
+  def test_chunk_size_with_every_pe(self, name):
+    # Every PE, in every schedule it supports: the first chunk's logits are those of global
+    # attention (its queries see the same keys), later ones differ, and dense == blockwise.
+    # A PE whose per-token features are made only from its own token keeps the chunks isolated
+    # (changing the first chunk changes no later logit: no leak through masked keys, CoPE's
+    # logit hook included); features may legitimately read neighbours (PaTH's causal
+    # convolution), so the isolation is not claimed for PEs with a features hook.
+    from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+    pe_class = _pe_class(name)
+    chunked, plain = _model(name, chunk_size=4), _model(name)
+    tokens = _tokens(2, 11)
+    changed = tokens.at[:, :4].set((tokens[:, :4] + 1) % TINY["vocab_size"])
+    schedules = ("dense", "blockwise") if pe_class.supports_blockwise else ("dense",)
+    outputs = []
+    for attention in schedules:
+      base = _forward_with(chunked, tokens, None, None, attention=attention)
+      chex.assert_tree_all_finite(base)
+      full = _forward_with(plain, tokens, None, None, attention=attention)
+      chex.assert_trees_all_close(base[:, :4], full[:, :4], atol=1e-5)
+      self.assertGreater(float(jnp.abs(base[:, 4:] - full[:, 4:]).max()), 1e-4)
+      if pe_class.features is PositionalEncoding.features:
+        moved = _forward_with(chunked, changed, None, None, attention=attention)
+        chex.assert_trees_all_close(moved[:, 4:], base[:, 4:], atol=1e-5)
+      outputs.append(base)
+    chex.assert_trees_all_close(outputs[-1], outputs[0], atol=3e-5, rtol=3e-5)
+
   @parameterized.named_parameters(("logn", "logn"), ("ssmax", "ssmax"))
   @pytest.mark.slow
   def test_query_scaling_combines_with_any_pe(self, scaling):
@@ -311,6 +369,8 @@ class PatternsTest(parameterized.TestCase):
       DecoderConfig(query_scaling="log")
     with self.assertRaisesRegex(ValueError, "query_scaling_length must be"):
       DecoderConfig(query_scaling="logn")
+    with self.assertRaisesRegex(ValueError, "chunk_size must be a positive integer, got 0"):
+      DecoderConfig(chunk_size=(8, 0))
 
 
 if __name__ == "__main__":
