@@ -143,7 +143,24 @@ def decoder_config_from(config: ml_collections.ConfigDict, *,
   except ValueError:
     raise ConfigError(f"model.sliding_window must be comma-separated integers, got "
                       f"{m.sliding_window!r}") from None
-  query_scaling = str(m.get("query_scaling", "none") or "none")
+  chunks = [c.strip() for c in str(m.get("chunk_size", "") or "").split(",") if c.strip()]
+  try:
+    chunk = tuple(int(c) or None for c in chunks)
+  except ValueError:
+    raise ConfigError(f"model.chunk_size must be comma-separated integers, got "
+                      f"{m.chunk_size!r}") from None
+  scalings = tuple(s.strip() for s in str(m.get("query_scaling", "none") or "none").split(","))
+  query_scaling = scalings[0] if len(set(scalings)) == 1 else scalings
+  norms = {"off": False, "on": True, "l2": "l2"}
+  qk_norms = tuple(n.strip() for n in str(m.get("qk_norm", "off") or "off").split(","))
+  if any(n not in norms for n in qk_norms):
+    raise ConfigError(f"model.qk_norm must be 'off', 'on' or 'l2' (comma-separated per layer), "
+                      f"got {m.qk_norm!r}")
+  qk_norm = tuple(norms[n] for n in qk_norms)
+  llama4 = {}
+  if "llama4" in scalings:
+    llama4 = dict(query_scaling_floor=int(m.get("query_scaling_floor", 0)) or None,
+                  query_scaling_strength=float(m.get("query_scaling_strength", 0.1)))
   try:
     return DecoderConfig(
         vocab_size=m.vocab_size, num_layers=m.num_layers, d_model=m.d_model,
@@ -152,8 +169,10 @@ def decoder_config_from(config: ml_collections.ConfigDict, *,
         attention=m.attention, block_size=m.block_size,
         blockwise_threshold=blockwise_threshold_of(config), pe=pe,
         sliding_window=(window[0] if len(window) == 1 else window) if window else None,
-        query_scaling=query_scaling,
-        query_scaling_length=int(config.data.train_len) if query_scaling != "none" else 0)
+        chunk_size=(chunk[0] if len(chunk) == 1 else chunk) if chunk else None,
+        query_scaling=query_scaling, qk_norm=qk_norm[0] if len(qk_norm) == 1 else qk_norm,
+        query_scaling_length=(int(config.data.train_len)
+                              if {"logn", "ssmax"} & set(scalings) else 0), **llama4)
   except ValueError as e:
     raise ConfigError(str(e)) from None
 

@@ -98,7 +98,14 @@ def get_default_config() -> ml_collections.ConfigDict:
   config.model.block_size = 512  # Tile size of blockwise attention.
   config.model.sliding_window = ""  # Local attention window W ("128"; "128,0" cycles over
   # layers, 0 = global); empty = global attention everywhere.
-  config.model.query_scaling = "none"  # "logn" (q * max(1, log n / log L)) or "ssmax".
+  config.model.chunk_size = ""  # Chunked local attention C (Llama 4: a query sees its own
+  # chunk of C positions): "64"; "64,64,64,0" cycles over layers, 0 = none; empty = none.
+  config.model.query_scaling = "none"  # "logn" (q * max(1, log n / log L)), "ssmax" or
+  # "llama4" (attention temperature); "none,llama4" cycles over layers.
+  config.model.query_scaling_floor = 0  # "llama4": floor scale F; 0 = Llama 4's 8192.
+  config.model.query_scaling_strength = 0.1  # "llama4": attn_scale (Llama 4's 0.1).
+  config.model.qk_norm = "off"  # Per-head QK-norm: "off", "on" (learned scale) or "l2"
+  # (weightless, Llama 4); "l2,l2,l2,off" cycles over layers.
 
   config.pe = pe_section("rope")  # pe.name + every field of every registered PE (see below).
 

@@ -11,6 +11,7 @@ from pejax.nn.decoder_block import DecoderBlock
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.generation import generate
 from pejax.nn.generation import sample_logits
+from pejax.nn.irope import irope_pattern
 from pejax.nn.kv_cache import KVCache
 from pejax.nn.kv_cache import init_kv_cache
 from pejax.nn.mlp import Mlp
@@ -71,6 +72,7 @@ __all__ = [
     "generate",
     "get_pe_class",
     "init_kv_cache",
+    "irope_pattern",
     "pallas_attention",
     "pallas_can_serve",
     "pe_names",
