@@ -77,6 +77,7 @@ from pejax.encodings.shaw import shaw_relative_index
 from pejax.encodings.shaw import shaw_query_scores
 from pejax.encodings.shaw import shaw_bias_from_scores
 from pejax.encodings.shaw import shaw_key_bias
+from pejax.encodings.query_scaling import llama4_query_scale
 from pejax.encodings.query_scaling import logn_query_scale
 from pejax.encodings.query_scaling import ssmax_query_scale
 from pejax.encodings.xpos import apply_xpos
@@ -160,6 +161,7 @@ __all__ = (
     "LieRERotation",
     "LinearScaling",
     "Llama3Scaling",
+    "llama4_query_scale",
     "logn_query_scale",
     "LongRoPEScaling",
     "mrope_angles",
