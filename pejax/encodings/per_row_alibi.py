@@ -116,4 +116,4 @@ def per_row_alibi_bias(q_gates: Array, k_gates: Array, *, q_index: Optional[Arra
   before = (ki >= 1.0) & (ki < qi)
   log_gates = jnp.where(before, log_gates, 0.0)
   # Reverse cumulative sum along the keys: entry j sums the keys j, j + 1, ... of its row.
-  return jnp.flip(jnp.cumsum(jnp.flip(log_gates, axis=-1), axis=-1), axis=-1)
+  return jax.lax.cumsum(log_gates, axis=log_gates.ndim - 1, reverse=True)

@@ -183,6 +183,16 @@ class SelfAttention(nnx.Module):
       # A PE with features (PaTH) gets them: its logits come from the tokens' transforms.
       extra = (dict(q_features=q_features, k_features=k_features) if pe.has_features else {})
       logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions, **extra)
+    if pe.has_attend:
+      # A PE with its own operator (PaTH) runs it over a full sequence; with a cache, a window or
+      # chunks, the dense schedule with its logits hook (same numbers, O(L^2) memory).
+      if cache is None and self.window is None and self.chunk_size is None and (
+          "q_offset" not in kwargs):
+        out = pe.attend(q, k, v, q_features=q_features, k_features=k_features,
+                        segment_ids=kwargs.get("q_segment_ids"), implementation=implementation,
+                        block_size=self.block_size)
+        return out, new_features
+      implementation = "dense"
     # Features reach the attention call only as content-bias inputs (PaTH's feed its logits).
     bias_q_features, bias_k_features = ((q_features, k_features) if pe.has_content_bias
                                         else (None, None))

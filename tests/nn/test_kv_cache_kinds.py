@@ -265,8 +265,10 @@ class AttentionSinksTest(parameterized.TestCase):
         prompt=3)
     recent = capacity - sinks
     chex.assert_tree_all_finite(decoded)
-    if model.pe.has_content_bias and model.pe.key_feature_shape() is not None:
-      return  # FoX: the forget gates of evicted tokens stay in the decay (documented).
+    if model.pe.has_features and model.pe.key_feature_shape() is not None:
+      # FoX: the forget gates of evicted tokens stay in the decay; PaTH: a kept token's transform
+      # came from its own neighbours (the short convolution), not from the kept ones (documented).
+      return
     for t in range(3, LENGTH):
       kept = list(range(min(sinks, t))) + list(range(max(sinks, t - recent), t + 1))
       expected = _forward(model, tokens[:, jnp.array(kept)])[:, -1]

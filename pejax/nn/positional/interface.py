@@ -292,6 +292,30 @@ class PositionalEncoding(nnx.Module):
     """
     raise NotImplementedError(f"{type(self).__name__} has no logit transform")
 
+  def attend(self, q: Array, k: Array, v: Array, *, q_features: Any, k_features: Any,
+             segment_ids: Optional[Array], implementation: str, block_size: int) -> Array:
+    """This layer's whole attention over one sequence (a PE that owns its operator).
+
+    Called instead of the shared schedules for a full-sequence call (no KV cache, no sliding
+    window, no chunked attention) when overridden: PaTH, whose logits are no sum of a ``q . k``
+    tile and a bias. Every other call runs the dense schedule with the ``logits`` hook, which
+    must give the same numbers.
+
+    Args:
+      q: ``[B, L, H, D']`` queries after ``rotate`` and query scaling.
+      k: ``[B, L, K, D']`` keys after ``rotate``.
+      v: ``[B, L, K, Dv]`` values.
+      q_features: this PE's ``features`` of the queries.
+      k_features: its ``features`` of the keys.
+      segment_ids: optional int ``[B, L]`` (packed sequences).
+      implementation: ``"dense"`` or ``"blockwise"`` (O(L) memory expected).
+      block_size: the decoder's tile size.
+
+    Returns:
+      ``[B, L, H, Dv]`` in ``q.dtype``: causal softmax attention.
+    """
+    raise NotImplementedError(f"{type(self).__name__} has no attention operator of its own")
+
   def kernel_bias(self) -> Optional[KernelBias]:
     """This PE's ``bias`` as a fused attention kernel computes it inside, tile by tile.
 
@@ -340,6 +364,11 @@ class PositionalEncoding(nnx.Module):
   def has_logits(self) -> bool:
     """Whether this PE overrides ``logits``."""
     return type(self).logits is not PositionalEncoding.logits
+
+  @property
+  def has_attend(self) -> bool:
+    """Whether this PE overrides ``attend`` (its own blockwise attention operator)."""
+    return type(self).attend is not PositionalEncoding.attend
 
   @property
   def has_features(self) -> bool:

@@ -13,16 +13,19 @@ a SiLU (``short_conv = 0``: none), then L2-normalized per head; no other positio
 Hooks: ``features`` returns, per token and key/value head, ``w`` (D), ``beta`` (1), the
 pre-convolution projection (D, for the convolution of later tokens in KV-cache decoding), its
 position (1) and its slot (1), so a KV cache keeps one float32 ``[K, 2 D + 3]`` entry per token.
-``logits`` adds ``(A - q . k) / sqrt(D)`` to the scaled logits: a full sequence in chunks of
-``chunk_size`` (:func:`~pejax.encodings.path.path_logits`, O(L^2 D / C) memory under autodiff), new
-queries against a cache key by key (:func:`~pejax.encodings.path.path_logits_rows`). The logits
-need every key between a key and its query, so PaTH runs with dense attention
-(``attention="blockwise"`` raises a ``ValueError`` naming the PE); the chunked, memory-linear
-blockwise schedule of the paper is not built yet.
+``attend`` runs a full sequence: :func:`~pejax.encodings.path_attention.path_attention`, blockwise
+(``attention="blockwise"``: O(L) memory with gradients, blocks of the decoder's ``block_size``) or
+from the whole logits (``"dense"``: :func:`~pejax.encodings.path.path_logits` in chunks of
+``chunk_size``, O(L^2 D / C) memory under autodiff). Every other call (a KV cache, a sliding
+window, chunked attention) takes the shared dense schedule with the ``logits`` hook, which adds
+``(A - q . k) / sqrt(D)`` to the scaled logits (new queries against a cache key by key,
+:func:`~pejax.encodings.path.path_logits_rows`): the same numbers.
 
 The convolution does not reach across packed documents: a tap reads an earlier token only if its
 position is smaller than the current token's (positions restart in each packed document, and
-left padding sits at position 0). Positions play no other role: PaTH sees only the order.
+left padding sits at position 0). Positions play no other role: PaTH sees only the order. With an
+evicting KV cache (``eviction="window"`` / ``"sinks"``) the evicted tokens' transforms leave the
+products, while a kept token keeps the vector its own neighbours gave it.
 
 Defaults follow fla-org/flash-linear-attention's ``PaTHAttention`` (``use_low_rank_w=True`` with
 rank 32, ``use_w_shortconv=True``, ``conv_size=3``, no convolution bias, no forget gate), its
@@ -45,6 +48,7 @@ import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
 from pejax.encodings.path import path_logits, path_logits_rows
+from pejax.encodings.path_attention import path_attention
 from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
@@ -69,6 +73,11 @@ class PathConfig(PEConfig):
     arg_checks.check_positive_int("chunk_size", self.chunk_size)
 
 
+# The position of "no token" before the first one: above any position a tap compares with (kept
+# finite, so that no infinity enters the traced program).
+_NO_TOKEN = 2.0 ** 62
+
+
 def _uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
   limit = 1.0 / math.sqrt(fan_in)
   return jax.random.uniform(key, shape, jnp.float32, -limit, limit)
@@ -80,7 +89,6 @@ class PathPE(PositionalEncoding):
 
   config_class = PathConfig
   translation_invariant = True
-  supports_blockwise = False
   per_layer = True
   content_aware = True
   causal_only = True
@@ -136,7 +144,7 @@ class PathPE(PositionalEncoding):
     if width:
       if cache is None:
         past_raw = jnp.zeros((batch, width - 1, raw.shape[-1]), jnp.float32)
-        past_pos = jnp.full((batch, width - 1), jnp.inf, jnp.float32)  # Never before a token.
+        past_pos = jnp.full((batch, width - 1), _NO_TOKEN, jnp.float32)  # Never before a token.
       else:
         cached = cache[0]
         window = jnp.maximum(start - (width - 1), 0)
@@ -147,7 +155,7 @@ class PathPE(PositionalEncoding):
         past_raw = recent[..., dim + 1:2 * dim + 1].reshape(batch, width - 1, -1)
         slot_of = start - (width - 1) + jnp.arange(width - 1)
         filled = slot_of >= 0
-        past_pos = jnp.where(filled[None, :], recent[:, :, 0, 2 * dim + 1], jnp.inf)
+        past_pos = jnp.where(filled[None, :], recent[:, :, 0, 2 * dim + 1], _NO_TOKEN)
       all_raw = jnp.concatenate([past_raw, raw], axis=1)  # [B, W - 1 + L, K * D]
       all_pos = jnp.concatenate([past_pos, pos], axis=1)
       conv = self.conv[...]  # [W, K * D]; tap W - 1 is the current token.
@@ -172,6 +180,21 @@ class PathPE(PositionalEncoding):
         w, beta[..., None], raw.reshape(batch, length, self.kv_heads, dim), per_head(pos),
         per_head(jnp.broadcast_to(slots[None, :], (batch, length)))], axis=-1)
     return features, features
+
+  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, q_features: Any,
+             k_features: Any, segment_ids: Optional[jax.Array], implementation: str,
+             block_size: int) -> jax.Array:
+    """PaTH attention over a full sequence (:func:`pejax.path_attention`): blockwise, or from
+    the whole logits in chunks of ``chunk_size`` for ``implementation="dense"``.
+
+    Shapes as in :meth:`PositionalEncoding.attend`.
+    """
+    del q_features
+    dim = self.head_dim
+    dense = implementation == "dense"
+    return path_attention(q, k, v, k_features[..., :dim], k_features[..., dim],
+                          block_size=self.config.chunk_size if dense else block_size,
+                          segment_ids=segment_ids, dense=dense)
 
   def key_feature_shape(self) -> Optional[tuple[int, ...]]:
     """``w``, ``beta``, the projection, the position and the slot per key/value head.

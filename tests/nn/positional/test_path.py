@@ -1,6 +1,6 @@
 """Tests for the PaTH PE (pejax.nn.positional.path): the layer's transform vectors (projection,
 short convolution, normalization, strengths), the logits hook against pejax.encodings.path, KV-cache
-decoding (linear and evicting caches), packed documents, the blockwise refusal, config failures."""
+decoding (linear and evicting caches), packed documents, blockwise == dense, config failures."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class PathPETest(parameterized.TestCase):
     pe = PathPE(config, DecoderConfig(pe=config, **_TINY), rngs=nnx.Rngs(0))
     self.assertTrue(pe.has_logits and pe.has_features)
     self.assertFalse(pe.has_rotate or pe.has_bias or pe.has_content_bias)
-    self.assertFalse(pe.supports_blockwise)
+    self.assertTrue(pe.supports_blockwise and pe.has_attend)
     self.assertEqual(pe.key_feature_shape(), (2, 2 * 8 + 3))
     self.assertEqual(pe.w_down[...].shape, (32, 32))
     self.assertEqual(pe.w_up[...].shape, (32, 16))
@@ -111,7 +111,7 @@ class PathPETest(parameterized.TestCase):
                                  err_msg=f"token {i}")
 
   @pytest.mark.slow
-  def test_the_transforms_change_the_model_and_blockwise_is_refused_by_name(self):
+  def test_the_transforms_change_the_model(self):
     model = _model(num_layers=1)
     tokens = jax.random.randint(jax.random.key(8), (1, 9), 0, 32, dtype=jnp.int32)
     forward = nnx.jit(lambda m, t: m(t))
@@ -124,8 +124,30 @@ class PathPETest(parameterized.TestCase):
     self.assertGreater(float(jnp.max(jnp.abs(with_transforms - forward(model, tokens)))), 1e-3)
     np.testing.assert_allclose(forward(model, tokens), forward(nope, tokens), rtol=1e-5,
                                atol=1e-5)
-    with self.assertRaisesRegex(ValueError, "pe='path' does not support blockwise"):
+
+  @pytest.mark.slow
+  def test_blockwise_runs_the_blockwise_operator_and_equals_dense(self):
+    # block_size 4 over 13 tokens: four blocks, the last one padded, two packed documents.
+    model = _model(block_size=4)
+    tokens = jax.random.randint(jax.random.key(9), (2, 13), 0, 32, dtype=jnp.int32)
+    segments = jnp.array([[1] * 6 + [2] * 7, [1] * 13], jnp.int32)
+    positions = jnp.array([list(range(6)) + list(range(7)), list(range(13))], jnp.int32)
+    run = nnx.jit(lambda m, t, attention: m(t, positions=positions, segment_ids=segments,
+                                             attention=attention), static_argnames="attention")
+    np.testing.assert_allclose(run(model, tokens, "blockwise"), run(model, tokens, "dense"),
+                               rtol=2e-5, atol=2e-5)
+    grads = [nnx.grad(lambda m: jnp.mean(run(m, tokens, attention) ** 2))(model)
+             for attention in ("blockwise", "dense")]
+    for got, expected in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+      np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    calls = []
+    original = PathPE.attend
+    try:
+      PathPE.attend = lambda self, *a, **kw: calls.append(1) or original(self, *a, **kw)
       model(tokens, attention="blockwise")
+    finally:
+      PathPE.attend = original
+    self.assertLen(calls, 2)  # One per layer: the blockwise operator, not the dense hook.
 
   def test_failures_name_the_field(self):
     for kwargs, name in [(dict(w_rank=-1), "w_rank"), (dict(short_conv=1.5), "short_conv"),

@@ -110,6 +110,16 @@ class PerRowAlibiPETest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "pe='per_row_alibi' does not support blockwise"):
       model(tokens, attention="blockwise")
 
+  def test_jitted_gradients_are_finite(self):
+    # Regression: a flip-cumsum-flip reverse sum crashed XLA's unoptimized CPU compiler (an
+    # abort in AlgebraicSimplifier::HandleReverse) when differentiated under jit.
+    model = _model(num_layers=1)
+    tokens = jax.random.randint(jax.random.key(6), (2, 7), 0, 32, dtype=jnp.int32)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.mean(m(tokens) ** 2)))(model)
+    leaves = jax.tree.leaves(nnx.state(grads, nnx.Param))
+    self.assertTrue(all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in leaves))
+    self.assertGreater(float(jnp.max(jnp.abs(grads.pes[0].gate_kernel[...]))), 0.0)
+
   def test_failures_name_the_field(self):
     for kwargs, name in [(dict(gate_dim=0), "gate_dim"), (dict(gate_dim=2.5), "gate_dim"),
                          (dict(post_log_scale=float("inf")), "post_log_scale"),

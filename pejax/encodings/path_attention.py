@@ -1,0 +1,168 @@
+"""PaTH attention, blockwise: causal softmax attention over PaTH logits in O(L) memory.
+
+Axes: B batch, L length, H query heads, K key/value heads (G = H // K), D head dim, Dv value dim,
+C block (chunk) size, N = ceil(L / C) blocks.
+
+:func:`path_attention` computes ``softmax(A / sqrt(D), causal) v`` with PaTH's logits
+``A_ij = q_i^T H_i ... H_{j+1} k_j`` (:mod:`pejax.encodings.path`) without the ``[L, L]`` logits:
+each query block walks back over the key blocks, from its own to the first, with an online
+softmax (Milakov & Gimelshein 2018), carrying its queries through each block's transforms in the
+compact WY form ``I - W^T T W``. What is kept per block is linear in L: the WY factors T
+(``[N, C, C]``), the queries carried through their own block's start and the keys carried to
+their block's end (``[N, C, D]`` each), the intra-block logits (``[N, C, C]``). Each query block's
+walk runs under ``jax.checkpoint``, so autodiff keeps one block's walk at a time (``O(N C D)``)
+and recomputes it in the backward pass: memory O(L (C + D)) with gradients, time O(L^2 D) (each
+query block also visits the blocks above the diagonal, skipped by ``lax.cond``).
+
+The same numbers as :func:`~pejax.encodings.path.path_logits` followed by a masked softmax (to
+float32 rounding); packed sequences by ``segment_ids``.
+
+References:
+  Yang et al. 2025, "PaTH Attention: Position Encoding via Accumulating Householder
+  Transformations", arXiv 2505.16381 (the blockwise algorithm, here in pure JAX).
+  Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv 1805.02867.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from pejax.encodings import arg_checks
+from pejax.encodings.path import _check_inputs, _expand_heads, _mm, chunk_wy_factor, path_logits
+
+Array = jax.Array
+
+_MASKED = -1e30
+
+
+def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
+                   block_size: int = 64, segment_ids: Optional[Array] = None,
+                   scale: Optional[float] = None, dense: bool = False) -> Array:
+  """Causal PaTH attention of one sequence per row, blockwise (O(L) memory, differentiable).
+
+  ``dense=True`` computes the same numbers from the whole ``[L, L]`` logits
+  (:func:`~pejax.encodings.path.path_logits` in chunks of ``block_size``, then a masked softmax):
+  O(L^2) memory, fewer sequential steps.
+
+  Args:
+    q: float ``[B, L, H, D]`` queries.
+    k: float ``[B, L, K, D]`` keys (K divides H).
+    v: float ``[B, L, K, Dv]`` values.
+    w: float ``[B, L, K, D]`` unit vectors of the tokens' transforms.
+    beta: float ``[B, L, K]`` strengths of the transforms.
+    block_size: C, tokens per block (the length is padded to a multiple).
+    segment_ids: optional int ``[B, L]``: packed sequences; a query sees keys of its segment.
+    scale: logit scale, ``1 / sqrt(D)`` when omitted.
+    dense: the whole-logits form instead of the blockwise one.
+
+  Returns:
+    ``[B, L, H, Dv]`` in ``q.dtype``.
+
+  Raises:
+    ValueError: naming the argument, for non-float inputs, mismatched shapes, a bad
+      ``block_size`` or ``segment_ids`` of the wrong shape.
+
+  References:
+    Yang et al. 2025, arXiv 2505.16381.
+  """
+  arg_checks.check_positive_int("block_size", block_size)
+  out_dtype = jnp.asarray(q).dtype
+  q, k, w, beta = _check_inputs(q, k, w, beta)
+  v = jnp.asarray(v)
+  if q.ndim != 4:
+    raise ValueError(f"q must have shape [B, L, H, D], got {q.shape}")
+  if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
+    raise ValueError(f"v must have shape [B, L, K, Dv] with [B, L, K] = {k.shape[:3]}, got "
+                     f"{v.shape}")
+  if q.shape[:2] != k.shape[:2]:
+    raise ValueError(f"q and k must have the same [B, L], got shapes {q.shape} and {k.shape}")
+  batch, length, heads, dim = q.shape
+  if segment_ids is not None:
+    segment_ids = arg_checks.check_integer_array("segment_ids", segment_ids)
+    if segment_ids.shape != (batch, length):
+      raise ValueError(f"segment_ids must have shape {(batch, length)}, got {segment_ids.shape}")
+  scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)
+  v = v.astype(jnp.float32)
+  if dense:
+    logits = path_logits(q, k, w, beta, chunk_size=block_size) * scale  # [B, H, L, L]
+    mask = jnp.tril(jnp.ones((length, length), bool))[None, None]
+    if segment_ids is not None:
+      mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+    probs = jax.nn.softmax(jnp.where(mask, logits, _MASKED), axis=-1)
+    out = _mm("bhij,bjhd->bihd", probs, _expand_heads(v, heads, 2))
+    return out.astype(out_dtype)
+  k, w, v = (_expand_heads(x, heads, 2) for x in (k, w, v))
+  beta = _expand_heads(beta, heads, 2)
+  size = min(block_size, length)
+  blocks = -(-length // size)
+  pad = blocks * size - length
+
+  def split(x):  # [B, L, H, ...] -> [B, H, N, C, ...] (zero padded).
+    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    x = x.reshape((batch, blocks, size) + x.shape[2:])
+    return jnp.moveaxis(x, 3, 1)
+
+  qb, kb, wb, vb = (split(x) for x in (q, k, w, v))  # [B, H, N, C, D]
+  bb = split(beta[..., None])[..., 0]  # [B, H, N, C]
+  seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
+  seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=-1).reshape(batch, blocks, size)
+
+  t = chunk_wy_factor(wb, bb)  # [B, H, N, C, C]
+  lower = jnp.tril(jnp.ones((size, size), bool)).reshape((1, 1, 1, size, size))
+  zq = jnp.where(lower, _mm("...ad,...md->...am", qb, wb), 0.0)
+  zk = jnp.where(~lower, _mm("...bd,...nd->...bn", kb, wb), 0.0)
+  intra = (_mm("...ad,...bd->...ab", qb, kb) - _mm("...am,...nm,...bn->...ab", zq, t, zk))
+  q_moved = qb - _mm("...am,...nm,...nd->...ad", zq, t, wb)
+  k_moved = kb - _mm("...bn,...nm,...md->...bd", zk, t, wb)
+  causal = lower[0, 0, 0]  # [C, C]
+
+  def softmax_step(stats, logits, values, mask):
+    # logits [B, H, C, C'], values [B, H, C', Dv], mask [B, 1, C, C'].
+    row_max, norm, acc = stats
+    logits = jnp.where(mask, logits * scale, _MASKED)
+    new_max = jnp.maximum(row_max, jnp.max(logits, axis=-1))
+    correction = jnp.exp(row_max - new_max)
+    p = jnp.where(mask, jnp.exp(logits - new_max[..., None]), 0.0)
+    norm = norm * correction + jnp.sum(p, axis=-1)
+    acc = acc * correction[..., None] + _mm("...ab,...bd->...ad", p, values)
+    return new_max, norm, acc
+
+  def one_query_block(n):
+    q_seg = jax.lax.dynamic_index_in_dim(seg, n, axis=1, keepdims=False)  # [B, C]
+    take = lambda x: jax.lax.dynamic_index_in_dim(x, n, axis=2, keepdims=False)
+    stats = (jnp.full((batch, heads, size), _MASKED, jnp.float32),
+             jnp.zeros((batch, heads, size), jnp.float32),
+             jnp.zeros((batch, heads, size, vb.shape[-1]), jnp.float32))
+    same = (q_seg[:, :, None] == q_seg[:, None, :]) & causal[None]
+    stats = softmax_step(stats, take(intra), take(vb), same[:, None])
+
+    def walk(carry, d):
+      u, stats = carry
+      j = n - d
+
+      def visit(carry):
+        u, stats = carry
+        keys = jax.lax.dynamic_index_in_dim(k_moved, j, axis=2, keepdims=False)
+        values = jax.lax.dynamic_index_in_dim(vb, j, axis=2, keepdims=False)
+        k_seg = jax.lax.dynamic_index_in_dim(seg, j, axis=1, keepdims=False)
+        mask = (q_seg[:, :, None] == k_seg[:, None, :])[:, None]
+        stats = softmax_step(stats, _mm("...ad,...bd->...ab", u, keys), values, mask)
+        w_j = jax.lax.dynamic_index_in_dim(wb, j, axis=2, keepdims=False)
+        t_j = jax.lax.dynamic_index_in_dim(t, j, axis=2, keepdims=False)
+        u = u - _mm("...am,...nm,...nd->...ad", _mm("...ad,...md->...am", u, w_j), t_j, w_j)
+        return u, stats
+
+      return jax.lax.cond(j >= 0, visit, lambda carry: carry, (u, stats)), None
+
+    if blocks > 1:
+      (_, stats), _ = jax.lax.scan(walk, (take(q_moved), stats), jnp.arange(1, blocks))
+    _, norm, acc = stats
+    return acc / norm[..., None]  # [B, H, C, Dv]
+
+  out = jax.lax.map(jax.checkpoint(one_query_block), jnp.arange(blocks))  # [N, B, H, C, Dv]
+  out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, blocks * size, -1)[:, :, :length]
+  return jnp.swapaxes(out, 1, 2).astype(out_dtype)
