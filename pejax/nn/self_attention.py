@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec
 
 from pejax.encodings.query_scaling import llama4_query_scale, logn_query_scale, ssmax_query_scale
 from pejax.nn.attention import Bias, attention, kernel_bias_served
+from pejax.nn.attention.mask import attention_mask, chunk_ids
 from pejax.nn.kv_cache import LayerCache
 from pejax.nn.rms_norm import make_rms_norm, rms_norm
 from pejax.nn.positional.interface import PositionalEncoding
@@ -178,35 +179,47 @@ class SelfAttention(nnx.Module):
           return total
         extra = position_bias(qp, kp) if callable(position_bias) else position_bias
         return total + extra
+    if pe.has_attend:
+      return self._pe_attend(q, k, v, pe=pe, q_features=q_features, k_features=k_features,
+                             q_positions=q_positions, k_positions=k_positions,
+                             implementation=implementation, **kwargs), new_features
     logits_fn = None
     if pe.has_logits:
-      # A PE with features (PaTH) gets them: its logits come from the tokens' transforms.
-      extra = (dict(q_features=q_features, k_features=k_features) if pe.has_features else {})
-      logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions, **extra)
-    if pe.has_attend:
-      # A PE with its own operator (PaTH) runs it over a full sequence; with a cache, a window or
-      # chunks, the dense schedule with its logits hook (same numbers, O(L^2) memory).
-      if cache is None and self.window is None and self.chunk_size is None and (
-          "q_offset" not in kwargs):
-        out = pe.attend(q, k, v, q_features=q_features, k_features=k_features,
-                        segment_ids=kwargs.get("q_segment_ids"), implementation=implementation,
-                        block_size=self.block_size)
-        return out, new_features
-      implementation = "dense"
-    # Features reach the attention call only as content-bias inputs (PaTH's feed its logits).
-    bias_q_features, bias_k_features = ((q_features, k_features) if pe.has_content_bias
-                                        else (None, None))
+      logits_fn = lambda logits: pe.logits(logits, q, k, q_positions, k_positions)
     # What a kernel that computes the bias inside needs (only where one runs).
     kernel_bias = (pe.kernel_bias() if callable(bias) and pe.has_kernel_bias
                    and kernel_bias_served() else None)
     out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, bias=bias,
                     kernel_bias=kernel_bias,
                     implementation=implementation, block_size=self.block_size,
-                    window=self.window, chunk_size=self.chunk_size, q_features=bias_q_features,
-                    k_features=bias_k_features,
+                    window=self.window, chunk_size=self.chunk_size, q_features=q_features,
+                    k_features=k_features,
                     logits_fn=logits_fn, bias_grad=bool(jax.tree.leaves(nnx.state(pe, nnx.Param))),
                     **kwargs)
     return out, new_features
+
+  def _pe_attend(self, q, k, v, *, pe: PositionalEncoding, q_features, k_features, q_positions,
+                 k_positions, implementation: str, q_offset=0, kv_length=None,
+                 q_segment_ids=None, k_segment_ids=None) -> jax.Array:
+    """The PE's own attention operator (PaTH, stick-breaking): a full causal sequence as it is
+    (any schedule), every other call as a dense call with its mask spelled out."""
+    full = (isinstance(q_offset, int) and q_offset == 0 and kv_length is None
+            and self.window is None and self.chunk_size is None)
+    if full:
+      return pe.attend(q, k, v, q_features=q_features, k_features=k_features, mask=None,
+                       q_slots=None, segment_ids=q_segment_ids, implementation=implementation,
+                       block_size=self.block_size)
+    q_slots = q_offset + jnp.arange(q.shape[1], dtype=jnp.int32)
+    chunks = {}
+    if self.chunk_size is not None:
+      chunks = dict(q_chunk_ids=chunk_ids(q_positions, self.chunk_size),
+                    k_chunk_ids=chunk_ids(k_positions, self.chunk_size))
+    mask = attention_mask(q_slots, jnp.arange(k.shape[1], dtype=jnp.int32), causal=True,
+                          kv_length=kv_length, q_segment_ids=q_segment_ids,
+                          k_segment_ids=k_segment_ids, window=self.window, **chunks)
+    return pe.attend(q, k, v, q_features=q_features, k_features=k_features, mask=mask,
+                     q_slots=q_slots, segment_ids=None, implementation="dense",
+                     block_size=self.block_size)
 
   def __call__(self, x: jax.Array, *, pe: PositionalEncoding, positions: jax.Array,
                segment_ids: Optional[jax.Array], bias: Bias, implementation: str) -> jax.Array:

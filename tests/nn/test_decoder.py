@@ -34,7 +34,7 @@ PE_CASES = tuple((name, dict(pe=name)) for name in PE_NAMES) + (
 def _has_no_hook(model: Decoder) -> bool:
   """Whether no layer's PE changes anything (the decoder is then position-blind)."""
   return not any(pe.has_embed or pe.has_rotate or pe.has_bias or pe.has_content_bias
-                 or pe.has_logits for pe in model.layer_pes())
+                 or pe.has_logits or pe.has_attend for pe in model.layer_pes())
 
 
 def _model(**overrides) -> Decoder:

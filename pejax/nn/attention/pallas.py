@@ -194,6 +194,8 @@ def pallas_can_serve(
   Returns:
     ``None``, or a one-line reason naming what is not served.
   """
+  if pe is not None and pe.has_attend:
+    return f"pe={pe.name!r} owns its attention operator (its attend hook), no softmax kernel's"
   if pe is not None and (pe.has_content_bias or pe.has_logits):
     return f"pe={pe.name!r} has a content-aware bias or logit hook (not computable from positions)"
   if pe is not None and pe.has_bias and not pe.has_kernel_bias:

@@ -23,8 +23,9 @@ hook                                                 where                      
                                                                                  KERPLE, FIRE
 ``features(x, q, positions, cache=)`` +              logits, from the layer's    FoX, Shaw
 ``content_bias(q_pos, k_pos, q_feat, k_feat)``       inputs (content-aware)
-``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE, PaTH
-                                                     (+ features when defined)   (dense)
+``logits(logits, q, k, q_positions, k_positions)``   logits, sees full q.k rows  CoPE (dense)
+``attend(q, k, v, ...)``                             the whole attention         PaTH, stick-
+                                                     operator of the layer       breaking
 ``kernel_bias()``                                    what a fused kernel needs   ALiBi, T5,
                                                      to compute ``bias`` inside  KERPLE, FIRE,
                                                                                  Sandwich
@@ -283,36 +284,42 @@ class PositionalEncoding(nnx.Module):
       q_positions: int ``[B | 1, Lq]``.
       k_positions: int ``[B | 1, Lk]``.
 
-    A PE that also overrides ``features`` receives them as keyword arguments ``q_features``
-    and ``k_features`` (every key's, cached ones included, as for ``content_bias``): PaTH's
-    transforms come from the tokens.
-
     Returns:
       float32 ``[B, H, Lq, Lk]`` added to the logits before the softmax.
     """
     raise NotImplementedError(f"{type(self).__name__} has no logit transform")
 
   def attend(self, q: Array, k: Array, v: Array, *, q_features: Any, k_features: Any,
-             segment_ids: Optional[Array], implementation: str, block_size: int) -> Array:
-    """This layer's whole attention over one sequence (a PE that owns its operator).
+             mask: Optional[Array], q_slots: Optional[Array], segment_ids: Optional[Array],
+             implementation: str, block_size: int) -> Array:
+    """This layer's whole attention, when the PE owns the operator (PaTH, stick-breaking).
 
-    Called instead of the shared schedules for a full-sequence call (no KV cache, no sliding
-    window, no chunked attention) when overridden: PaTH, whose logits are no sum of a ``q . k``
-    tile and a bias. Every other call runs the dense schedule with the ``logits`` hook, which
-    must give the same numbers.
+    Overriding it takes every call of the layer away from the shared schedules: a PE whose
+    logits are no sum of a ``q . k`` tile and a bias, or whose weights are no softmax. Two kinds
+    of call:
+
+    * a full causal sequence (``mask=None``; queries are the keys, at slots ``0 .. L - 1``;
+      packed documents by ``segment_ids``), in the schedule ``implementation`` names
+      (``"blockwise"`` is expected to keep O(L) memory);
+    * anything else (KV-cache decoding, a sliding window, chunked attention): ``mask`` is the
+      bool ``[B | 1, 1, Lq, Lk]`` of pairs that take part (causality by slot, filled cache slots,
+      segments, window, chunks), the queries sit at slots ``q_slots`` (int ``[Lq]``) among the
+      keys, ``implementation="dense"``.
 
     Args:
-      q: ``[B, L, H, D']`` queries after ``rotate`` and query scaling.
-      k: ``[B, L, K, D']`` keys after ``rotate``.
-      v: ``[B, L, K, Dv]`` values.
-      q_features: this PE's ``features`` of the queries.
-      k_features: its ``features`` of the keys.
-      segment_ids: optional int ``[B, L]`` (packed sequences).
-      implementation: ``"dense"`` or ``"blockwise"`` (O(L) memory expected).
+      q: ``[B, Lq, H, D']`` queries after ``rotate`` and query scaling.
+      k: ``[B, Lk, K, D']`` keys after ``rotate`` (every cached key in decoding).
+      v: ``[B, Lk, K, Dv]`` values.
+      q_features: this PE's ``features`` of the queries (``None`` without ``features``).
+      k_features: its ``features`` of every key.
+      mask: see above.
+      q_slots: see above.
+      segment_ids: optional int ``[B, L]`` for a full sequence.
+      implementation: ``"dense"`` or ``"blockwise"``.
       block_size: the decoder's tile size.
 
     Returns:
-      ``[B, L, H, Dv]`` in ``q.dtype``: causal softmax attention.
+      ``[B, Lq, H, Dv]`` in ``q.dtype``.
     """
     raise NotImplementedError(f"{type(self).__name__} has no attention operator of its own")
 
@@ -372,7 +379,7 @@ class PositionalEncoding(nnx.Module):
 
   @property
   def has_features(self) -> bool:
-    """Whether this PE computes per-token ``features`` (for ``content_bias`` or ``logits``; a
+    """Whether this PE computes per-token ``features`` (for ``content_bias`` or ``attend``; a
     KV cache keeps their key side per layer)."""
     return type(self).features is not PositionalEncoding.features
 

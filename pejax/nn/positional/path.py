@@ -11,15 +11,15 @@ low-rank projection of the layer's input (``E -> w_rank -> K * D``, bias-free; `
 a SiLU (``short_conv = 0``: none), then L2-normalized per head; no other positional encoding.
 
 Hooks: ``features`` returns, per token and key/value head, ``w`` (D), ``beta`` (1), the
-pre-convolution projection (D, for the convolution of later tokens in KV-cache decoding), its
-position (1) and its slot (1), so a KV cache keeps one float32 ``[K, 2 D + 3]`` entry per token.
-``attend`` runs a full sequence: :func:`~pejax.encodings.path_attention.path_attention`, blockwise
-(``attention="blockwise"``: O(L) memory with gradients, blocks of the decoder's ``block_size``) or
-from the whole logits (``"dense"``: :func:`~pejax.encodings.path.path_logits` in chunks of
-``chunk_size``, O(L^2 D / C) memory under autodiff). Every other call (a KV cache, a sliding
-window, chunked attention) takes the shared dense schedule with the ``logits`` hook, which adds
-``(A - q . k) / sqrt(D)`` to the scaled logits (new queries against a cache key by key,
-:func:`~pejax.encodings.path.path_logits_rows`): the same numbers.
+pre-convolution projection (D, for the convolution of later tokens in KV-cache decoding) and its
+position (1), so a KV cache keeps one float32 ``[K, 2 D + 2]`` entry per token.
+PaTH owns its layer's attention (the ``attend`` hook): a full sequence runs
+:func:`~pejax.encodings.path_attention.path_attention`, blockwise (``attention="blockwise"``: O(L)
+memory with gradients, blocks of the decoder's ``block_size``) or from the whole logits
+(``"dense"``: :func:`~pejax.encodings.path.path_logits` in chunks of ``chunk_size``,
+O(L^2 D / C) memory under autodiff); every other call (a KV cache, a sliding window, chunked
+attention) takes new queries against every key, key by key
+(:func:`~pejax.encodings.path.path_logits_rows`), and a masked softmax: the same numbers.
 
 The convolution does not reach across packed documents: a tap reads an earlier token only if its
 position is smaller than the current token's (positions restart in each packed document, and
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
-from pejax.encodings.path import path_logits, path_logits_rows
+from pejax.encodings.path import path_logits_rows
 from pejax.encodings.path_attention import path_attention
 from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
@@ -120,19 +120,19 @@ class PathPE(PositionalEncoding):
 
   def features(self, x: jax.Array, q: jax.Array, positions: jax.Array, *,
                cache: Optional[tuple[jax.Array, jax.Array]] = None) -> tuple[Any, Any]:
-    """Transform vectors, strengths, projections, positions and slots of the new tokens.
+    """Transform vectors, strengths, projections and positions of the new tokens.
 
     Args:
       x: ``[B, L, E]`` the layer's normalized inputs.
       q: ``[B, L, H, D]`` its queries (unused).
       positions: int ``[B | 1, L]``.
-      cache: ``None``, or ``(cached [B, T, K, 2 D + 3], length)``: the convolution reads the
+      cache: ``None``, or ``(cached [B, T, K, 2 D + 2], length)``: the convolution reads the
         cached projections of slots ``length - 1, length - 2, ...``; the new tokens take slots
         ``length ..``.
 
     Returns:
-      ``(features, features)``: float32 ``[B, L, K, 2 D + 3]``: ``w`` (D), ``beta`` (1), the
-      projection (D), the position (1), the slot (1).
+      ``(features, features)``: float32 ``[B, L, K, 2 D + 2]``: ``w`` (D), ``beta`` (1), the
+      projection (D), the position (1).
     """
     del q
     batch, length = x.shape[:2]
@@ -147,11 +147,9 @@ class PathPE(PositionalEncoding):
         past_pos = jnp.full((batch, width - 1), _NO_TOKEN, jnp.float32)  # Never before a token.
       else:
         cached = cache[0]
-        window = jnp.maximum(start - (width - 1), 0)
         recent = jax.lax.dynamic_slice_in_dim(
             jnp.pad(cached, ((0, 0), (width - 1, 0), (0, 0), (0, 0))),
             start, width - 1, axis=1)  # Slots start - (W - 1) .. start - 1 (left-padded).
-        del window
         past_raw = recent[..., dim + 1:2 * dim + 1].reshape(batch, width - 1, -1)
         slot_of = start - (width - 1) + jnp.arange(width - 1)
         filled = slot_of >= 0
@@ -174,64 +172,40 @@ class PathPE(PositionalEncoding):
     beta = 2.0 * jax.nn.sigmoid(jnp.einsum(
         "ble,ek->blk", x.astype(jnp.float32), self.beta_kernel[...],
         precision=jax.lax.Precision.HIGHEST) + self.beta_bias[...][None, None, :])
-    slots = (start + jnp.arange(length, dtype=jnp.int32)).astype(jnp.float32)
-    per_head = lambda a: jnp.broadcast_to(a[:, :, None, None], (batch, length, self.kv_heads, 1))
-    features = jnp.concatenate([
-        w, beta[..., None], raw.reshape(batch, length, self.kv_heads, dim), per_head(pos),
-        per_head(jnp.broadcast_to(slots[None, :], (batch, length)))], axis=-1)
+    per_head = jnp.broadcast_to(pos[:, :, None, None], (batch, length, self.kv_heads, 1))
+    features = jnp.concatenate([w, beta[..., None], raw.reshape(batch, length, self.kv_heads, dim),
+                                per_head], axis=-1)
     return features, features
 
   def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, q_features: Any,
-             k_features: Any, segment_ids: Optional[jax.Array], implementation: str,
+             k_features: Any, mask: Optional[jax.Array], q_slots: Optional[jax.Array],
+             segment_ids: Optional[jax.Array], implementation: str,
              block_size: int) -> jax.Array:
-    """PaTH attention over a full sequence (:func:`pejax.path_attention`): blockwise, or from
-    the whole logits in chunks of ``chunk_size`` for ``implementation="dense"``.
+    """PaTH attention (shapes and calls as in :meth:`PositionalEncoding.attend`).
 
-    Shapes as in :meth:`PositionalEncoding.attend`.
+    A full sequence: :func:`pejax.path_attention`, blockwise in blocks of ``block_size`` or from
+    the whole logits in chunks of ``chunk_size``. Otherwise (a KV cache, a window, chunks): the
+    logits of the queries at ``q_slots`` against every key, key by key
+    (:func:`pejax.path_logits_rows`), then the masked softmax.
     """
     del q_features
     dim = self.head_dim
-    dense = implementation == "dense"
-    return path_attention(q, k, v, k_features[..., :dim], k_features[..., dim],
-                          block_size=self.config.chunk_size if dense else block_size,
-                          segment_ids=segment_ids, dense=dense)
+    w, beta = k_features[..., :dim], k_features[..., dim]
+    if mask is None:
+      dense = implementation == "dense"
+      return path_attention(q, k, v, w, beta,
+                            block_size=self.config.chunk_size if dense else block_size,
+                            segment_ids=segment_ids, dense=dense)
+    logits = path_logits_rows(q, k, w, beta, q_slots=q_slots) / math.sqrt(dim)
+    probs = jax.nn.softmax(jnp.where(mask, logits, -1e30), axis=-1)  # [B, H, Lq, Lk]
+    values = jnp.repeat(v.astype(jnp.float32), q.shape[2] // v.shape[2], axis=2)
+    out = jnp.einsum("bhij,bjhd->bihd", probs, values, precision=jax.lax.Precision.HIGHEST)
+    return out.astype(q.dtype)
 
   def key_feature_shape(self) -> Optional[tuple[int, ...]]:
-    """``w``, ``beta``, the projection, the position and the slot per key/value head.
+    """``w``, ``beta``, the projection and the position per key/value head.
 
     Returns:
-      ``(K, 2 D + 3)``.
+      ``(K, 2 D + 2)``.
     """
-    return (self.kv_heads, 2 * self.head_dim + 3)
-
-  def logits(self, logits: jax.Array, q: jax.Array, k: jax.Array, q_positions: jax.Array,
-             k_positions: jax.Array, *, q_features: Any = None,
-             k_features: Any = None) -> jax.Array:
-    """``(A - q . k) / sqrt(D)``: turns the scaled ``q . k`` logits into PaTH's.
-
-    Args:
-      logits: float32 ``[B, H, Lq, Lk]`` scaled logits (unused: the term depends on q, k only).
-      q: ``[B, Lq, H, D]`` queries.
-      k: ``[B, Lk, K, D]`` keys in slot order.
-      q_positions: int ``[B | 1, Lq]`` (unused).
-      k_positions: int ``[B | 1, Lk]`` (unused).
-      q_features: float32 ``[B, Lq, K, 2 D + 3]`` from :meth:`features` (their slots).
-      k_features: float32 ``[B, Lk, K, 2 D + 3]``, every key's (empty slots: zeros, so
-        ``beta = 0``: no transform).
-
-    Returns:
-      float32 ``[B, H, Lq, Lk]``.
-    """
-    del logits, q_positions, k_positions
-    dim = self.head_dim
-    w, beta = k_features[..., :dim], k_features[..., dim]
-    qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
-    if q.shape[1] == k.shape[1]:  # A full sequence: queries at slots 0 .. L - 1.
-      a = path_logits(qf, kf, w, beta, chunk_size=self.config.chunk_size)
-    else:
-      q_slots = q_features[0, :, 0, 2 * dim + 2].astype(jnp.int32)
-      a = path_logits_rows(qf, kf, w, beta, q_slots=q_slots)
-    heads = q.shape[2]
-    plain = jnp.einsum("bihd,bjhd->bhij", qf, jnp.repeat(kf, heads // k.shape[2], axis=2),
-                       precision=jax.lax.Precision.HIGHEST)
-    return (a - plain) / math.sqrt(dim)
+    return (self.kv_heads, 2 * self.head_dim + 2)

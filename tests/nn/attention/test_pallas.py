@@ -202,7 +202,7 @@ def test_servable_pes_are_exactly_those_with_a_position_bias_or_none():
   for name in pe_names():
     pe = build_pe(pe_config(name), model, rngs=nnx.Rngs(0))
     reason = pallas_can_serve(pe=pe)
-    if pe.has_content_bias or pe.has_logits:
+    if pe.has_content_bias or pe.has_logits or pe.has_attend:
       assert reason is not None and name in reason
       assert not pe.has_kernel_bias and pe.kernel_bias() is None, name
     elif pe.has_bias:

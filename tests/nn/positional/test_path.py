@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pejax.encodings.path import path_logits
 from pejax.nn.decoder import Decoder
 from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.path import PathConfig
@@ -36,10 +35,10 @@ class PathPETest(parameterized.TestCase):
     config = registry_entry("path").make_config()
     self.assertEqual(config, PathConfig(w_rank=32, short_conv=3, chunk_size=64))
     pe = PathPE(config, DecoderConfig(pe=config, **_TINY), rngs=nnx.Rngs(0))
-    self.assertTrue(pe.has_logits and pe.has_features)
-    self.assertFalse(pe.has_rotate or pe.has_bias or pe.has_content_bias)
+    self.assertTrue(pe.has_attend and pe.has_features)
+    self.assertFalse(pe.has_rotate or pe.has_bias or pe.has_content_bias or pe.has_logits)
     self.assertTrue(pe.supports_blockwise and pe.has_attend)
-    self.assertEqual(pe.key_feature_shape(), (2, 2 * 8 + 3))
+    self.assertEqual(pe.key_feature_shape(), (2, 2 * 8 + 2))
     self.assertEqual(pe.w_down[...].shape, (32, 32))
     self.assertEqual(pe.w_up[...].shape, (32, 16))
     self.assertEqual(pe.conv[...].shape, (3, 16))
@@ -66,7 +65,6 @@ class PathPETest(parameterized.TestCase):
     np.testing.assert_allclose(features[..., 9:17], raw.reshape(1, 5, 2, 8), rtol=1e-5,
                                atol=1e-6)
     np.testing.assert_array_equal(features[0, :, 1, 17], np.arange(5))  # positions
-    np.testing.assert_array_equal(features[0, :, 0, 18], np.arange(5))  # slots
 
   def test_convolution_does_not_reach_across_packed_documents(self):
     pe = PathPE(PathConfig(), DecoderConfig(pe="path", **_TINY), rngs=nnx.Rngs(1))
@@ -75,25 +73,28 @@ class PathPETest(parameterized.TestCase):
     alone, _ = pe.features(x[:, 4:], None, jnp.arange(3, dtype=jnp.int32)[None])
     np.testing.assert_allclose(packed[:, 4:, :, :17], alone[..., :17], rtol=1e-6, atol=1e-6)
 
-  def test_logits_hook_gives_path_logits(self):
+  def test_masked_calls_equal_the_full_sequence(self):
+    # attend with a mask (queries at slots 4..6 of a cache, one key slot beyond the fill) gives
+    # the rows of the full-sequence operator.
     pe = PathPE(PathConfig(chunk_size=3), DecoderConfig(pe="path", **_TINY), rngs=nnx.Rngs(1))
     x = jax.random.normal(jax.random.key(4), (2, 7, 32))
     q = jax.random.normal(jax.random.key(5), (2, 7, 4, 8))
-    k = jax.random.normal(jax.random.key(6), (2, 7, 2, 8))
-    positions = jnp.arange(7, dtype=jnp.int32)[None]
-    features, _ = pe.features(x, q, positions)
-    plain = jnp.einsum("bihd,bjhd->bhij", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(8)
-    term = pe.logits(plain, q, k, positions, positions, q_features=features,
-                     k_features=features)
-    expected = path_logits(q, k, features[..., :8], features[..., 8], chunk_size=5) / np.sqrt(8)
-    lower = np.tril(np.ones((7, 7), bool))
-    np.testing.assert_allclose((plain + term)[..., lower], expected[..., lower], rtol=1e-5,
-                               atol=1e-5)
-    # Rows against a cache: the same numbers from the key-by-key form.
-    rows = pe.logits(plain[:, :, 4:], q[:, 4:], k, positions[:, 4:], positions,
-                     q_features=features[:, 4:], k_features=features)
-    np.testing.assert_allclose((plain[:, :, 4:] + rows)[..., lower[4:]],
-                               expected[:, :, 4:][..., lower[4:]], rtol=1e-5, atol=1e-5)
+    k = jax.random.normal(jax.random.key(6), (2, 8, 2, 8))  # slot 7 is empty
+    v = jax.random.normal(jax.random.key(7), (2, 8, 2, 8))
+    features, _ = pe.features(x, q, jnp.arange(7, dtype=jnp.int32)[None])
+    k_features = jnp.concatenate([features, jnp.zeros_like(features[:, :1])], axis=1)
+    full = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features, mask=None,
+                     q_slots=None, segment_ids=None, implementation="dense", block_size=4)
+    slots = jnp.arange(4, 7)
+    mask = (jnp.arange(8)[None, :] <= slots[:, None])[None, None]
+    rows = pe.attend(q[:, 4:], k, v, q_features=features[:, 4:], k_features=k_features,
+                     mask=mask, q_slots=slots, segment_ids=None, implementation="dense",
+                     block_size=4)
+    np.testing.assert_allclose(rows, full[:, 4:], rtol=1e-5, atol=1e-5)
+    blockwise = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features,
+                          mask=None, q_slots=None, segment_ids=None, implementation="blockwise",
+                          block_size=2)
+    np.testing.assert_allclose(blockwise, full, rtol=1e-5, atol=1e-5)
 
   @pytest.mark.slow
   @parameterized.named_parameters(("linear", "none"), ("window", "window"))
