@@ -97,6 +97,9 @@ from pejax.encodings.cope import cope_bias
 from pejax.encodings.per_row_alibi import per_row_alibi_bias
 from pejax.encodings.path import path_logits
 from pejax.encodings.path import path_logits_rows
+from pejax.encodings.path_attention import path_attention
+from pejax.encodings.stick_breaking import stick_breaking_attention
+from pejax.encodings.stick_breaking import stick_breaking_log_weights
 from pejax.lazy_exports import lazy_exports
 
 # NNX modules (Flax): imported on first use.
@@ -113,9 +116,12 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = (
     "KernelBias",
+    "path_attention",
     "path_logits",
     "path_logits_rows",
     "per_row_alibi_bias",
+    "stick_breaking_attention",
+    "stick_breaking_log_weights",
     "TileBias",
     "alibi_kernel_bias",
     "t5_kernel_bias",
