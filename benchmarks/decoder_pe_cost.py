@@ -16,7 +16,8 @@ Usage::
 
   JAX_PLATFORMS=cpu python benchmarks/decoder_pe_cost.py [--rounds 10 --steps 3] [--pes a,b]
 
-Writes benchmarks/results/decoder_pe_cost.{md,json} and prints the table.
+Writes benchmarks/results/decoder_pe_cost.{md,json} (``--name`` renames them) and prints the
+table.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from pejax import provenance as provenance_lib
 from pejax.nn import Decoder, DecoderConfig, pe_names
 from pejax.nn.positional import registry
 
@@ -84,6 +86,8 @@ def main() -> None:
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--pes", default="", help="comma-separated PE names (default: all)")
   parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+  parser.add_argument("--name", default="decoder_pe_cost",
+                      help="file name (without suffix) of the .md / .json written into --out")
   args = parser.parse_args()
   names = variants(args.pes)
 
@@ -160,14 +164,17 @@ def main() -> None:
         f"{r['ratio']:.3f} | {r['ratio_min']:.2f}-{r['ratio_max']:.2f} | "
         f"{r['cpu_median_ms']:.1f} | {r['cpu_min_ms']:.1f}-{r['cpu_max_ms']:.1f} | "
         f"{r['cpu_ratio']:.3f} | {target} | {met} |")
-  lines += ["", "Command: `JAX_PLATFORMS=cpu python benchmarks/decoder_pe_cost.py "
-            f"--rounds {args.rounds} --steps {args.steps}`", ""]
+  command = " ".join(["JAX_PLATFORMS=cpu python benchmarks/decoder_pe_cost.py", *sys.argv[1:]])
+  code = provenance_lib.code_version()
+  lines += ["", f"Command: `{command}`; commit {code.get('commit')} (dirty: {code.get('dirty')}).",
+            ""]
   text = "\n".join(lines)
   print(text)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  (out / "decoder_pe_cost.md").write_text(text)
-  (out / "decoder_pe_cost.json").write_text(json.dumps(dict(setup=setup, rows=rows), indent=2))
+  (out / f"{args.name}.md").write_text(text)
+  record = dict(setup=setup, rows=rows, provenance=provenance_lib.provenance(command=command))
+  (out / f"{args.name}.json").write_text(json.dumps(record, indent=2, default=str))
 
 
 if __name__ == "__main__":
