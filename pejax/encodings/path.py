@@ -104,12 +104,46 @@ def chunk_wy_factor(w: Array, beta: Array) -> Array:
     diag(beta)``. Any contiguous run ``a .. b`` of the chunk's transforms is ``I - W_ab^T T_ab
     W_ab`` with ``T_ab`` the matching principal block.
   """
-  size = w.shape[-2]
-  gram = jnp.triu(_mm("...id,...jd->...ij", w, w), k=1)
-  eye = _lead(jnp.eye(size, dtype=jnp.float32), gram.ndim)
-  system = eye + beta[..., :, None] * gram
-  rhs = eye * beta[..., None, :]
-  return jax.scipy.linalg.solve_triangular(system, rhs, lower=False, unit_diagonal=True)
+  nilpotent = beta[..., :, None] * jnp.triu(_mm("...id,...jd->...ij", w, w), k=1)
+  return _unit_upper_inverse(nilpotent) * beta[..., None, :]
+
+
+def _unit_upper_inverse(nilpotent: Array, *, base: int = 16) -> Array:
+  """``(I + N)^{-1}`` for strictly upper triangular ``N`` ``[..., C, C]``, by matrix products.
+
+  Diagonal blocks of ``base`` rows by the finite Neumann series (``N^base = 0`` inside a block),
+  then pairs of blocks merged bottom-up, ``[[A, B], [0, D]]^{-1} = [[A', -A' B D'], [0, D']]``: the
+  recursive triangular inversion (its error stays at float32 rounding where the series over the
+  whole chunk loses digits past C = 64). C is padded to a power of two with the identity. Plain
+  matrix products: no LAPACK call (with one, the optimized CPU program of a 2-layer blockwise
+  gradient, under ``jax.checkpoint``, never returned on jax 0.10.2).
+  """
+  size = nilpotent.shape[-1]
+  padded = 1 << max(size - 1, 0).bit_length()
+  n = jnp.pad(nilpotent, [(0, 0)] * (nilpotent.ndim - 2) + [(0, padded - size)] * 2)
+  step = min(base, padded)
+
+  def blocks_of(x, width):  # [..., P, P] -> [..., P/width, P/width, width, width]
+    m = padded // width
+    return jnp.swapaxes(x.reshape(x.shape[:-2] + (m, width, m, width)), -3, -2)
+
+  diagonal = jnp.moveaxis(jnp.diagonal(blocks_of(n, step), axis1=-4, axis2=-3), -1, -3)
+  eye = _lead(jnp.eye(step, dtype=jnp.float32), diagonal.ndim)
+  inverse, power, covered = eye - diagonal, diagonal, 2
+  while covered < step:
+    power = _mm("...ij,...jk->...ik", power, power)
+    inverse = inverse + _mm("...ij,...jk->...ik", inverse, power)
+    covered *= 2
+  while step < padded:  # inverse: [..., m, step, step], the diagonal blocks of (I + N)^{-1}.
+    upper = blocks_of(n, step)[..., 0::2, 1::2, :, :]
+    upper = jnp.moveaxis(jnp.diagonal(upper, axis1=-4, axis2=-3), -1, -3)  # [..., m/2, s, s]
+    first, second = inverse[..., 0::2, :, :], inverse[..., 1::2, :, :]
+    corner = -_mm("...ij,...jk,...kl->...il", first, upper, second)
+    top = jnp.concatenate([first, corner], axis=-1)
+    bottom = jnp.concatenate([jnp.zeros_like(second), second], axis=-1)
+    inverse = jnp.concatenate([top, bottom], axis=-2)
+    step *= 2
+  return inverse[..., 0, :size, :size]
 
 
 def path_logits(q: Array, k: Array, w: Array, beta: Array, *, chunk_size: int = 64) -> Array:

@@ -163,6 +163,6 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
     _, norm, acc = stats
     return acc / norm[..., None]  # [B, H, C, Dv]
 
-  out = jax.lax.map(jax.checkpoint(one_query_block), jnp.arange(blocks))  # [N, B, H, C, Dv]
+  out = jax.lax.map(jax.checkpoint(one_query_block, prevent_cse=False), jnp.arange(blocks))
   out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, blocks * size, -1)[:, :, :length]
   return jnp.swapaxes(out, 1, 2).astype(out_dtype)

@@ -128,6 +128,19 @@ class PathPropertyTest(chex.TestCase):
                                atol=1e-5)
     np.testing.assert_array_equal(np.tril(t, -1), 0.0)
 
+  @parameterized.parameters(1, 13, 64, 128, 200)
+  def test_wy_factor_is_accurate_for_long_chunks(self, size):
+    # T = (I + diag(beta) triu(W W^T, 1))^{-1} diag(beta) against float64 substitution; a
+    # Neumann series over the whole chunk lost 2e-3 at C = 128 (D = 16).
+    rng = np.random.default_rng(size)
+    w = rng.normal(size=(3, size, 16))
+    w /= np.linalg.norm(w, axis=-1, keepdims=True)
+    beta = rng.uniform(0.0, 2.0, size=(3, size))
+    expected = [np.linalg.solve(np.eye(size) + b[:, None] * np.triu(x @ x.T, 1), np.diag(b))
+                for x, b in zip(w, beta)]
+    got = chunk_wy_factor(jnp.asarray(w, jnp.float32), jnp.asarray(beta, jnp.float32))
+    np.testing.assert_allclose(got, np.stack(expected), rtol=0, atol=5e-6)
+
   def test_bfloat16_inputs_give_float32(self):
     q, k, w, beta = (jnp.asarray(x, jnp.bfloat16) for x in _inputs(seed=5))
     got = path_logits(q, k, w, beta, chunk_size=4)
