@@ -140,26 +140,29 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
     same = (q_seg[:, :, None] == q_seg[:, None, :]) & causal[None]
     stats = softmax_step(stats, take(intra), take(vb), same[:, None])
 
-    def walk(carry, d):
-      u, stats = carry
-      j = n - d
+    # The key blocks n - 1, n - 2, ..., 0 as the walk's inputs (gathered once per query block, so
+    # the backward pass scatters their cotangents once, not one full-size update per step);
+    # steps past block 0 wrap around and are skipped.
+    distance = jnp.arange(1, blocks)
+    order = jnp.mod(n - distance, blocks)
+    gather = lambda x, axis: jnp.moveaxis(jnp.take(x, order, axis=axis), axis, 0)
+    inputs = (distance <= n, gather(k_moved, 2), gather(vb, 2), gather(wb, 2), gather(t, 2),
+              gather(seg, 1))
+
+    def walk(carry, step):
+      valid, keys, values, w_j, t_j, k_seg = step
 
       def visit(carry):
         u, stats = carry
-        keys = jax.lax.dynamic_index_in_dim(k_moved, j, axis=2, keepdims=False)
-        values = jax.lax.dynamic_index_in_dim(vb, j, axis=2, keepdims=False)
-        k_seg = jax.lax.dynamic_index_in_dim(seg, j, axis=1, keepdims=False)
         mask = (q_seg[:, :, None] == k_seg[:, None, :])[:, None]
         stats = softmax_step(stats, _mm("...ad,...bd->...ab", u, keys), values, mask)
-        w_j = jax.lax.dynamic_index_in_dim(wb, j, axis=2, keepdims=False)
-        t_j = jax.lax.dynamic_index_in_dim(t, j, axis=2, keepdims=False)
         u = u - _mm("...am,...nm,...nd->...ad", _mm("...ad,...md->...am", u, w_j), t_j, w_j)
         return u, stats
 
-      return jax.lax.cond(j >= 0, visit, lambda carry: carry, (u, stats)), None
+      return jax.lax.cond(valid, visit, lambda carry: carry, carry), None
 
     if blocks > 1:
-      (_, stats), _ = jax.lax.scan(walk, (take(q_moved), stats), jnp.arange(1, blocks))
+      (_, stats), _ = jax.lax.scan(walk, (take(q_moved), stats), inputs)
     _, norm, acc = stats
     return acc / norm[..., None]  # [B, H, C, Dv]
 
