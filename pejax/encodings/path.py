@@ -108,40 +108,30 @@ def chunk_wy_factor(w: Array, beta: Array) -> Array:
   return _unit_upper_inverse(nilpotent) * beta[..., None, :]
 
 
-def _unit_upper_inverse(nilpotent: Array, *, base: int = 16) -> Array:
+def _unit_upper_inverse(nilpotent: Array) -> Array:
   """``(I + N)^{-1}`` for strictly upper triangular ``N`` ``[..., C, C]``, by matrix products.
 
-  Diagonal blocks of ``base`` rows by the finite Neumann series (``N^base = 0`` inside a block),
-  then pairs of blocks merged bottom-up, ``[[A, B], [0, D]]^{-1} = [[A', -A' B D'], [0, D']]``: the
-  recursive triangular inversion (its error stays at float32 rounding where the series over the
-  whole chunk loses digits past C = 64). C is padded to a power of two with the identity. Plain
-  matrix products: no LAPACK call (with one, the optimized CPU program of a 2-layer blockwise
-  gradient, under ``jax.checkpoint``, never returned on jax 0.10.2).
+  The recursive triangular inversion, bottom-up from 1 x 1 blocks (each 1):
+  ``[[A, B], [0, D]]^{-1} = [[A', -A' B D'], [0, D']]``, log2(C) levels; C is padded to a power of
+  two with the identity. Its float32 error stays at rounding (1.2e-6 at C = 128; a Neumann series
+  over the chunk loses 2e-3 there). Plain products of distinct matrices: no LAPACK call (with
+  ``solve_triangular`` the optimized CPU training step of a PaTH decoder never returned on jax
+  0.10.2), and no ``x @ x`` (XLA's CPU simplifier broke a squared product's shape).
   """
   size = nilpotent.shape[-1]
   padded = 1 << max(size - 1, 0).bit_length()
   n = jnp.pad(nilpotent, [(0, 0)] * (nilpotent.ndim - 2) + [(0, padded - size)] * 2)
-  step = min(base, padded)
-
-  def blocks_of(x, width):  # [..., P, P] -> [..., P/width, P/width, width, width]
-    m = padded // width
-    return jnp.swapaxes(x.reshape(x.shape[:-2] + (m, width, m, width)), -3, -2)
-
-  diagonal = jnp.moveaxis(jnp.diagonal(blocks_of(n, step), axis1=-4, axis2=-3), -1, -3)
-  eye = _lead(jnp.eye(step, dtype=jnp.float32), diagonal.ndim)
-  inverse, power, covered = eye - diagonal, diagonal, 2
-  while covered < step:
-    power = _mm("...ij,...jk->...ik", power, power)
-    inverse = inverse + _mm("...ij,...jk->...ik", inverse, power)
-    covered *= 2
-  while step < padded:  # inverse: [..., m, step, step], the diagonal blocks of (I + N)^{-1}.
-    upper = blocks_of(n, step)[..., 0::2, 1::2, :, :]
-    upper = jnp.moveaxis(jnp.diagonal(upper, axis1=-4, axis2=-3), -1, -3)  # [..., m/2, s, s]
+  inverse = jnp.ones(n.shape[:-2] + (padded, 1, 1), jnp.float32)  # [..., m, s, s], s = 1
+  step = 1
+  while step < padded:
+    m = padded // step
+    tiles = jnp.swapaxes(n.reshape(n.shape[:-2] + (m, step, m, step)), -3, -2)  # [.., m, m, s, s]
+    upper = jnp.moveaxis(jnp.diagonal(tiles[..., 0::2, 1::2, :, :], axis1=-4, axis2=-3), -1, -3)
     first, second = inverse[..., 0::2, :, :], inverse[..., 1::2, :, :]
     corner = -_mm("...ij,...jk,...kl->...il", first, upper, second)
     top = jnp.concatenate([first, corner], axis=-1)
     bottom = jnp.concatenate([jnp.zeros_like(second), second], axis=-1)
-    inverse = jnp.concatenate([top, bottom], axis=-2)
+    inverse = jnp.concatenate([top, bottom], axis=-2)  # [..., m / 2, 2 s, 2 s]
     step *= 2
   return inverse[..., 0, :size, :size]
 

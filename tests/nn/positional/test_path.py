@@ -152,6 +152,21 @@ class PathPETest(parameterized.TestCase):
 
   @pytest.mark.slow
   @pytest.mark.xla_optimized
+  def test_optimized_training_step_of_the_study_model_compiles_and_runs(self):
+    # Regression: the extrapolation study's model (2 layers, d=128, 4 heads, batch 16, L=128)
+    # failed XLA's HLO verifier ("Failed after simplification") when the WY factor squared a
+    # matrix (x @ x) inside the optimized training step.
+    model = Decoder(DecoderConfig(pe="path", num_layers=2, d_model=128, num_heads=4,
+                                  vocab_size=64), rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    tokens = jax.random.randint(jax.random.key(11), (16, 128), 0, 64, dtype=jnp.int32)
+    step = jax.jit(jax.value_and_grad(lambda p: jnp.mean(nnx.merge(graphdef, p)(tokens) ** 2)))
+    loss, grads = step(params)
+    self.assertTrue(bool(jnp.isfinite(loss)))
+    self.assertTrue(all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads)))
+
+  @pytest.mark.slow
+  @pytest.mark.xla_optimized
   def test_optimized_training_gradients_return_and_match_dense(self):
     # Regression: with a LAPACK triangular solve inside, the optimized CPU program of a 2-layer
     # blockwise gradient never returned (every thread waiting); the WY factor is now products.
