@@ -44,6 +44,18 @@ def pe_fields_by_name() -> dict:
   return fields
 
 
+# Model fields added after runs were recorded, each with the value that keeps the earlier
+# behaviour. A run's directory name and its fixed training settings leave a field out at this
+# value (a config.json written before the field existed has no such key), so earlier runs keep
+# their directories, resume and compare equal. Add a field here when it joins get_default_config.
+LATER_MODEL_FIELDS = {
+    "chunk_size": "",
+    "qk_norm": "off",
+    "query_scaling_floor": 0,
+    "query_scaling_strength": 0.1,
+}
+
+
 def pe_section(name: str = "rope", **fields) -> ml_collections.ConfigDict:
   """The ``pe`` section of an experiment config: a name, its fields, every other PE's unset.
 

@@ -80,8 +80,13 @@ def training_settings(config: Any) -> Dict[str, Any]:
     value = as_dict.get(section)
     if isinstance(value, dict):
       for key, item in config_paths(value, section + "."):
-        if not (section == "pe" and item is None):  # Unset PE fields: the PE's defaults.
-          flat[key] = item
+        if section == "pe" and item is None:  # Unset PE fields: the PE's defaults.
+          continue
+        later = key[len("model."):] if section == "model" else None
+        if later in experiment_config.LATER_MODEL_FIELDS and (
+            item == experiment_config.LATER_MODEL_FIELDS[later]):
+          continue  # As in runs recorded before the field existed.
+        flat[key] = item
     else:
       flat[section] = value
   train = as_dict.get("train", {})
