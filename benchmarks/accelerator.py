@@ -241,9 +241,10 @@ def routed_attention(impl: str, interpret: bool):
   def routed(q, k, v, *, q_positions, k_positions, bias=None, kernel_bias=None,
              implementation=None, causal=True, q_offset=0, kv_length=None, q_segment_ids=None,
              k_segment_ids=None, block_size=None, window=None, q_features=None, k_features=None,
-             logits_fn=None, bias_grad=True):
+             logits_fn=None, bias_grad=True, chunk_size=None):
     del implementation, block_size, bias_grad
     unserved = dict(q_offset=q_offset != 0, kv_length=kv_length is not None,
+                    chunk_size=chunk_size is not None,
                     segment_ids=impl != "pallas" and q_segment_ids is not None,
                     features=q_features is not None
                     or k_features is not None, logits_fn=logits_fn is not None)
