@@ -154,7 +154,11 @@ def test_a_test_that_crashes_once_passes_on_its_rerun_and_is_listed(tmp_path, wo
 def test_a_replacement_worker_uses_no_compilation_cache(tmp_path):
   # tests/conftest.py in a process started with the scheduler's rerun variable, with the cache
   # folder the controller's environment carries.
-  env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JAX_PERSISTENT"))}
+  # Nothing of this worker's own cache settings: when this test runs in a replacement worker
+  # (after another test crashed its worker), its environment says JAX_ENABLE_COMPILATION_CACHE=
+  # false, which the first subprocess would otherwise inherit (CI failure of 2026-12-06).
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PYTEST_", "JAX_PERSISTENT", "JAX_ENABLE_COMPILATION_CACHE"))}
   env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "inherited")
   code = ("import importlib.util, os, jax\n"
           f"spec = importlib.util.spec_from_file_location('c', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
