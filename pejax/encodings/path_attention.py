@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
+from pejax.encodings import query_blocks
+from pejax.encodings.masked_logit import MASKED
 from pejax.encodings.path import _check_inputs, _expand_heads, _mm, chunk_wy_factor, path_logits
 
 Array = jax.Array
-
-_MASKED = -1e30
 
 
 def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
@@ -92,24 +92,16 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
     mask = jnp.tril(jnp.ones((length, length), bool))[None, None]
     if segment_ids is not None:
       mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
-    probs = jax.nn.softmax(jnp.where(mask, logits, _MASKED), axis=-1)
+    probs = jax.nn.softmax(jnp.where(mask, logits, MASKED), axis=-1)
     out = _mm("bhij,bjhd->bihd", probs, _expand_heads(v, heads, 2))
     return out.astype(out_dtype)
   k, w, v = (_expand_heads(x, heads, 2) for x in (k, w, v))
   beta = _expand_heads(beta, heads, 2)
-  size = min(block_size, length)
-  blocks = -(-length // size)
-  pad = blocks * size - length
-
-  def split(x):  # [B, L, H, ...] -> [B, H, N, C, ...] (zero padded).
-    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-    x = x.reshape((batch, blocks, size) + x.shape[2:])
-    return jnp.moveaxis(x, 3, 1)
-
-  qb, kb, wb, vb = (split(x) for x in (q, k, w, v))  # [B, H, N, C, D]
-  bb = split(beta[..., None])[..., 0]  # [B, H, N, C]
-  seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
-  seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=-1).reshape(batch, blocks, size)
+  layout = query_blocks.QueryBlocks.of(batch, length, block_size)
+  blocks, size = layout.blocks, layout.size
+  qb, kb, wb, vb = (layout.split(x) for x in (q, k, w, v))  # [B, H, N, C, D]
+  bb = layout.split(beta[..., None])[..., 0]  # [B, H, N, C]
+  seg = layout.segments(segment_ids)
 
   t = chunk_wy_factor(wb, bb)  # [B, H, N, C, C]
   lower = jnp.tril(jnp.ones((size, size), bool)).reshape((1, 1, 1, size, size))
@@ -123,7 +115,7 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
   def softmax_step(stats, logits, values, mask):
     # logits [B, H, C, C'], values [B, H, C', Dv], mask [B, 1, C, C'].
     row_max, norm, acc = stats
-    logits = jnp.where(mask, logits * scale, _MASKED)
+    logits = jnp.where(mask, logits * scale, MASKED)
     new_max = jnp.maximum(row_max, jnp.max(logits, axis=-1))
     correction = jnp.exp(row_max - new_max)
     p = jnp.where(mask, jnp.exp(logits - new_max[..., None]), 0.0)
@@ -134,7 +126,7 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
   def one_query_block(n):
     q_seg = jax.lax.dynamic_index_in_dim(seg, n, axis=1, keepdims=False)  # [B, C]
     take = lambda x: jax.lax.dynamic_index_in_dim(x, n, axis=2, keepdims=False)
-    stats = (jnp.full((batch, heads, size), _MASKED, jnp.float32),
+    stats = (jnp.full((batch, heads, size), MASKED, jnp.float32),
              jnp.zeros((batch, heads, size), jnp.float32),
              jnp.zeros((batch, heads, size, vb.shape[-1]), jnp.float32))
     same = (q_seg[:, :, None] == q_seg[:, None, :]) & causal[None]
@@ -166,6 +158,4 @@ def path_attention(q: Array, k: Array, v: Array, w: Array, beta: Array, *,
     _, norm, acc = stats
     return acc / norm[..., None]  # [B, H, C, Dv]
 
-  out = jax.lax.map(jax.checkpoint(one_query_block, prevent_cse=False), jnp.arange(blocks))
-  out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, blocks * size, -1)[:, :, :length]
-  return jnp.swapaxes(out, 1, 2).astype(out_dtype)
+  return layout.map(one_query_block, prevent_cse=False).astype(out_dtype)

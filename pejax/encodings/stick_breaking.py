@@ -39,11 +39,12 @@ import jax
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
+from pejax.encodings import query_blocks
+from pejax.encodings.masked_logit import MASKED
 
 Array = jax.Array
 
 REMAINDERS = ("value", "none")
-_MASKED = -1e30
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -66,7 +67,7 @@ def stick_breaking_log_weights(logits: Array, mask: Array) -> Array:
   mask = jnp.broadcast_to(mask, logits.shape)
   log_remain = jnp.where(mask, jax.nn.log_sigmoid(-logits), 0.0)
   after = jax.lax.cumsum(log_remain, axis=logits.ndim - 1, reverse=True) - log_remain
-  return jnp.where(mask, jax.nn.log_sigmoid(logits) + after, _MASKED)
+  return jnp.where(mask, jax.nn.log_sigmoid(logits) + after, MASKED)
 
 
 def _check(q, k, v, remainder):
@@ -186,18 +187,10 @@ def stick_breaking_attention(q: Array, k: Array, v: Array, *, mask: Optional[Arr
 
 def _blockwise(q, k, v, segment_ids, attend_current, remainder, block_size, scale):
   """Full causal sequence in blocks: float32 ``[B, L, H, Dv]``."""
-  batch, length, heads, _ = q.shape
-  size = min(block_size, length)
-  blocks = -(-length // size)
-  pad = blocks * size - length
-
-  def split(x):  # [B, L, H, ...] -> [B, H, N, C, ...]
-    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-    return jnp.moveaxis(x.reshape((batch, blocks, size) + x.shape[2:]), 3, 1)
-
-  qb, kb, vb = split(q), split(k), split(v)
-  seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
-  seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=-1).reshape(batch, blocks, size)
+  layout = query_blocks.QueryBlocks.of(q.shape[0], q.shape[1], block_size)
+  blocks, size = layout.blocks, layout.size
+  qb, kb, vb = layout.split(q), layout.split(k), layout.split(v)
+  seg = layout.segments(segment_ids)
   index = jnp.arange(size)
   causal = (index[None, :] <= index[:, None]) if attend_current else (
       index[None, :] < index[:, None])
@@ -235,6 +228,4 @@ def _blockwise(q, k, v, segment_ids, attend_current, remainder, block_size, scal
       acc = acc + (1.0 - total)[..., None] * own
     return acc  # [B, H, C, Dv]
 
-  out = jax.lax.map(jax.checkpoint(one_query_block), jnp.arange(blocks))  # [N, B, H, C, Dv]
-  out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, blocks * size, -1)[:, :, :length]
-  return jnp.swapaxes(out, 1, 2)
+  return layout.map(one_query_block)

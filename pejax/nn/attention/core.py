@@ -35,11 +35,13 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from pejax.encodings import masked_logit
+
 Array = jax.Array
 
 # Finite stand-in for -inf: exp(MASKED - m) is 0 for any row that sees a key, and a row that sees
 # none keeps finite statistics (exp(m_old - m_new) never sees inf - inf).
-MASKED = -1e30
+MASKED = masked_logit.MASKED
 
 
 class SoftmaxStats(NamedTuple):

@@ -57,13 +57,14 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 
 from pejax.encodings import arg_checks
+from pejax.encodings import masked_logit
 from pejax.encodings.kernel_bias import TileBias
 
 Array = jax.Array
 
 BACKENDS = ("triton", "mosaic_tpu")
 # Finite stand-in for -inf (as the dense and blockwise paths): exp() of a masked logit is 0.
-_MASKED = -1e30
+_MASKED = masked_logit.MASKED
 # Rows of the per-tile bias-parameter gradient block (a sublane-aligned [8, P] block on TPU).
 _GRAD_ROWS = 8
 MIN_DIM = 16
