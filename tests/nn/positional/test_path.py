@@ -17,6 +17,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.path import PathConfig
 from pejax.nn.positional.path import PathPE
 from pejax.nn.positional.registry import registry_entry
+from tests.nn.positional.decoding_check import assert_decoding_matches
 
 _TINY = dict(num_layers=2, d_model=32, num_heads=4, num_kv_heads=2, vocab_size=32)
 
@@ -99,17 +100,8 @@ class PathPETest(parameterized.TestCase):
   @pytest.mark.slow
   @parameterized.named_parameters(("linear", "none"), ("window", "window"))
   def test_decoding_equals_the_full_forward(self, eviction):
-    model = _model()
     tokens = jax.random.randint(jax.random.key(7), (2, 11), 0, 32, dtype=jnp.int32)
-    full = nnx.jit(lambda m, t: m(t))(model, tokens)
-    cache = model.init_cache(2, 16, eviction=eviction)  # The window never evicts here.
-    logits, cache = nnx.jit(lambda m, t, c: m.prefill(t, None, c))(model, tokens[:, :4], cache)
-    np.testing.assert_allclose(logits, full[:, :4], rtol=2e-5, atol=2e-5)
-    step = nnx.jit(lambda m, t, p, c: m.decode_step(t, p, c))
-    for i in range(4, 11):
-      logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i, jnp.int32), cache)
-      np.testing.assert_allclose(logits[:, 0], full[:, i], rtol=2e-5, atol=2e-5,
-                                 err_msg=f"token {i}")
+    assert_decoding_matches(_model(), tokens, eviction=eviction)
 
   @pytest.mark.slow
   def test_the_transforms_change_the_model(self):

@@ -21,6 +21,7 @@ from pejax.nn.decoder_config import DecoderConfig
 from pejax.nn.positional.per_row_alibi import PerRowAlibiConfig
 from pejax.nn.positional.per_row_alibi import PerRowAlibiPE
 from pejax.nn.positional.registry import registry_entry
+from tests.nn.positional.decoding_check import assert_decoding_matches
 
 _GOLDENS = json.loads((pathlib.Path(__file__).parents[2] / "encodings" /
                        "xtransformers_goldens.json").read_text())["per_row_data_dependent_alibi"]
@@ -84,18 +85,8 @@ class PerRowAlibiPETest(parameterized.TestCase):
   @pytest.mark.slow
   @parameterized.named_parameters(("linear", "none"), ("window", "window"))
   def test_decoding_equals_the_full_forward(self, eviction):
-    model = _model()
     tokens = jax.random.randint(jax.random.key(4), (2, 11), 0, 32, dtype=jnp.int32)
-    full = nnx.jit(lambda m, t: m(t))(model, tokens)
-    # A window cache as long as the text never evicts: its chronological view must give the same.
-    cache = model.init_cache(2, 16, eviction=eviction)
-    logits, cache = nnx.jit(lambda m, t, c: m.prefill(t, None, c))(model, tokens[:, :4], cache)
-    step = nnx.jit(lambda m, t, p, c: m.decode_step(t, p, c))
-    np.testing.assert_allclose(logits, full[:, :4], rtol=2e-5, atol=2e-5)
-    for i in range(4, 11):
-      logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i, jnp.int32), cache)
-      np.testing.assert_allclose(logits[:, 0], full[:, i], rtol=2e-5, atol=2e-5,
-                                 err_msg=f"token {i}")
+    assert_decoding_matches(_model(), tokens, eviction=eviction)
 
   @pytest.mark.slow
   def test_the_bias_changes_the_model_and_blockwise_is_refused_by_name(self):
