@@ -18,31 +18,17 @@ vectors, beta in (0, 2)), the attention output of ``naive_path_attn`` with no fo
 respect to q, k, w and beta for a stored random cotangent.
 """
 
-import importlib.util
 import json
 import sys
 
 import torch
 import torch.nn.functional as F
+import golden_io  # This directory's shared helpers (the scripts run from here).
 
 torch.manual_seed(0)
 
 
-def _load_naive(path):
-  spec = importlib.util.spec_from_file_location("fla_path_naive", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.naive_path_attn
-
-
-def _round(v):
-  if isinstance(v, list):
-    return [_round(x) for x in v]
-  return float(f"{v:.9g}")  # 9 significant digits identify a float32 exactly.
-
-
-def _list(t):
-  return _round(t.detach().to(torch.float32).tolist())
+_list = golden_io.float32_lists
 
 
 def case(naive, *, batch, length, heads, kv_heads, head_dim, chunk_size, beta_low):
@@ -61,7 +47,7 @@ def case(naive, *, batch, length, heads, kv_heads, head_dim, chunk_size, beta_lo
 
 
 def main():
-  naive = _load_naive(sys.argv[1])
+  naive = golden_io.load_function(sys.argv[1], "fla_path_naive", "naive_path_attn")
   out = dict(
       versions=dict(torch=torch.__version__.split("+")[0],
                     fla_commit="bc3b101dcb713ddc5bd8924b66754eb68b5ccf89"),

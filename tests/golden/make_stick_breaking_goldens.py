@@ -19,26 +19,16 @@ reference's layout), the output with the remainder on the own value, the remaind
 the gradients of ``sum(output * cotangent)`` with respect to q, k and v.
 """
 
-import importlib.util
 import json
 import sys
 
 import torch
+import golden_io  # This directory's shared helpers (the scripts run from here).
 
 torch.manual_seed(0)
 
 
-def _load(path):
-  spec = importlib.util.spec_from_file_location("sb_ref", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.stickbreaking
-
-
-def _list(t):
-  def rounded(v):
-    return [rounded(x) for x in v] if isinstance(v, list) else float(f"{v:.9g}")
-  return rounded(t.detach().to(torch.float32).tolist())
+_list = golden_io.float32_lists
 
 
 def case(stickbreaking, *, batch, heads, length, dim, attend_current, shift):
@@ -58,7 +48,7 @@ def case(stickbreaking, *, batch, heads, length, dim, attend_current, shift):
 
 
 def main():
-  stickbreaking = _load(sys.argv[1])
+  stickbreaking = golden_io.load_function(sys.argv[1], "sb_ref", "stickbreaking")
   out = dict(
       versions=dict(torch=torch.__version__.split("+")[0],
                     stickbreaking_attention_commit="3147a3841b025a31d271fc8f873120ff6fa0461b"),

@@ -30,19 +30,12 @@ import sys
 import torch
 import x_transformers
 from x_transformers import x_transformers as xt
+import golden_io  # This directory's shared helpers (the scripts run from here).
 
 torch.manual_seed(0)
 
 
-def _round(v):
-  if isinstance(v, list):
-    return [_round(x) for x in v]
-  return float(f"{v:.9g}")  # 9 significant digits identify a float32 exactly.
-
-
-def _list(t):
-  """A float32 tensor as nested lists of floats."""
-  return _round(t.detach().to(torch.float32).tolist())
+_list = golden_io.float32_lists
 
 
 def xpos_case(*, heads, length, head_dim, rotary_dim, scale_base):

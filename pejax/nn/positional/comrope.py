@@ -24,15 +24,14 @@ from __future__ import annotations
 import dataclasses
 
 from pejax.encodings import arg_checks
-from pejax.encodings import liere_rotation
-from pejax.nn.positional.interface import ModelDims, PEConfig, register_pe
-from pejax.nn.positional.liere import BlockRotationPE
+from pejax.nn.positional.interface import PEConfig, register_pe
+from pejax.nn.positional.liere import BlockRotationChecks, BlockRotationPE
 
 VARIANTS = ("ld", "ap")
 
 
 @dataclasses.dataclass(frozen=True)
-class ComRoPEConfig(PEConfig):
+class ComRoPEConfig(BlockRotationChecks, PEConfig):
   """ComRoPE hyper-parameters.
 
   Attributes:
@@ -54,27 +53,12 @@ class ComRoPEConfig(PEConfig):
 
   def __post_init__(self):
     arg_checks.check_choice("kind", self.kind, VARIANTS)
-    arg_checks.check_positive_int("block_size", self.block_size)
-    if self.block_size < 2:
-      raise ValueError(f"block_size must be at least 2, got {self.block_size}")
-    arg_checks.check_choice("init", self.init, liere_rotation.INITS)
-    if self.init == "rope" and self.block_size % 2:
-      raise ValueError(f"block_size must be even with init='rope', got {self.block_size}")
-    arg_checks.check_base("base", self.base)
-    arg_checks.check_positive_float("init_scale", self.init_scale)
+    self.check_block_rotation_fields()
 
   @property
   def variant(self) -> str:
     """The :mod:`pejax.encodings.liere` variant name (``"comrope_ld"`` / ``"comrope_ap"``)."""
     return f"comrope_{self.kind}"
-
-  def check_model(self, model: ModelDims) -> None:
-    """Raises ``ValueError`` naming ``block_size`` unless it fits the head dim.
-
-    Args:
-      model: the decoder config (``head_dim``).
-    """
-    liere_rotation.check_block_size(self.block_size, model.head_dim, init=self.init)
 
 
 @register_pe("comrope")

@@ -39,8 +39,32 @@ from pejax.encodings import liere_rotation
 from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncoding, register_pe
 
 
+class BlockRotationChecks:
+  """The checks of the fields LieRE and ComRoPE share (``block_size``, ``init``, ``base``,
+  ``init_scale``); a mixin without fields, so each config keeps its own field order."""
+
+  def check_block_rotation_fields(self) -> None:
+    """Raises ``ValueError`` naming the first shared field that is out of range."""
+    arg_checks.check_positive_int("block_size", self.block_size)
+    if self.block_size < 2:
+      raise ValueError(f"block_size must be at least 2, got {self.block_size}")
+    arg_checks.check_choice("init", self.init, liere_rotation.INITS)
+    if self.init == "rope" and self.block_size % 2:
+      raise ValueError(f"block_size must be even with init='rope', got {self.block_size}")
+    arg_checks.check_base("base", self.base)
+    arg_checks.check_positive_float("init_scale", self.init_scale)
+
+  def check_model(self, model: ModelDims) -> None:
+    """Raises ``ValueError`` naming ``block_size`` unless it fits the head dim.
+
+    Args:
+      model: the decoder config (``head_dim``).
+    """
+    liere_rotation.check_block_size(self.block_size, model.head_dim, init=self.init)
+
+
 @dataclasses.dataclass(frozen=True)
-class LieREConfig(PEConfig):
+class LieREConfig(BlockRotationChecks, PEConfig):
   """LieRE hyper-parameters.
 
   Attributes:
@@ -60,22 +84,7 @@ class LieREConfig(PEConfig):
   variant: ClassVar[str] = "liere"
 
   def __post_init__(self):
-    arg_checks.check_positive_int("block_size", self.block_size)
-    if self.block_size < 2:
-      raise ValueError(f"block_size must be at least 2, got {self.block_size}")
-    arg_checks.check_choice("init", self.init, liere_rotation.INITS)
-    if self.init == "rope" and self.block_size % 2:
-      raise ValueError(f"block_size must be even with init='rope', got {self.block_size}")
-    arg_checks.check_base("base", self.base)
-    arg_checks.check_positive_float("init_scale", self.init_scale)
-
-  def check_model(self, model: ModelDims) -> None:
-    """Raises ``ValueError`` naming ``block_size`` unless it fits the head dim.
-
-    Args:
-      model: the decoder config (``head_dim``).
-    """
-    liere_rotation.check_block_size(self.block_size, model.head_dim, init=self.init)
+    self.check_block_rotation_fields()
 
 
 class BlockRotationPE(PositionalEncoding):
