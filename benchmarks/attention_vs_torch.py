@@ -223,9 +223,9 @@ def run(args) -> dict:
   result = dict(setup=setup, rows=rows, memory=memory_rows)
   text = to_markdown(result)
   print(text)
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  (RESULTS / f"{args.name}.md").write_text(text)
-  (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+  sys.path.insert(0, str(ROOT))  # Also when run as a script.
+  from benchmarks import result_files  # pylint: disable=g-import-not-at-top
+  result_files.write(RESULTS, args.name, text, result)
   return result
 
 

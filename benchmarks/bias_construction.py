@@ -25,7 +25,6 @@ Writes ``benchmarks/results/bias_construction.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import platform
@@ -39,6 +38,7 @@ from flax import nnx  # pylint: disable=g-import-not-at-top
 import jax
 import jax.numpy as jnp
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 from pejax.encodings.alibi import alibi_bias, alibi_slopes
 from pejax.encodings.rope import RopeConfig, apply_rope, rope_inv_freq
 from pejax.encodings.t5_bias import T5RelativeBias
@@ -131,9 +131,7 @@ def run(args) -> dict:
   lines.append("")
   text = "\n".join(lines)
   print(text)
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  (RESULTS / f"{args.name}.md").write_text(text)
-  (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+  result_files.write(RESULTS, args.name, text, result)
   return result
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import platform
@@ -44,6 +43,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 from pejax.nn import Decoder, DecoderConfig
 from pejax.nn.positional import registry
 from pejax.train import create_optimizer, make_train_step
@@ -196,9 +196,7 @@ def run(args) -> dict:
   lines.append("")
   text = "\n".join(lines)
   print(text)
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  (RESULTS / f"{args.name}.md").write_text(text)
-  (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+  result_files.write(RESULTS, args.name, text, result)
   return result
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import pathlib
 import platform
@@ -42,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 import pejax
 from pejax.nn import Decoder, DecoderConfig
 
@@ -225,10 +225,7 @@ def run(args, *, log=print) -> dict:
   lines.append("")
   text = "\n".join(lines)
   log(text)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / f"{args.name}.md").write_text(text)
-  (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, default=str))
+  result_files.write(args.out, args.name, text, result)
   return result
 
 

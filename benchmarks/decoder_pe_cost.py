@@ -23,7 +23,6 @@ table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import platform
@@ -38,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 from pejax import provenance as provenance_lib
 from pejax.nn import Decoder, DecoderConfig, pe_names
 from pejax.nn.positional import registry
@@ -170,11 +170,8 @@ def main() -> None:
             ""]
   text = "\n".join(lines)
   print(text)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / f"{args.name}.md").write_text(text)
   record = dict(setup=setup, rows=rows, provenance=provenance_lib.provenance(command=command))
-  (out / f"{args.name}.json").write_text(json.dumps(record, indent=2, default=str))
+  result_files.write(args.out, args.name, text, record)
 
 
 if __name__ == "__main__":

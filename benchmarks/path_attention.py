@@ -37,6 +37,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 from pejax import provenance as provenance_lib  # pylint: disable=wrong-import-position
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -152,10 +153,7 @@ def run(args, log=print) -> dict:
     lines.append(f"| {case['length']} | {case['implementation']} | {case['peak_rss_mib']:.0f} | "
                  f"{case['above_baseline_mib']:.0f} | {case['seconds_with_compile']:.1f} |")
   lines.append("")
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / f"{args.name}.md").write_text("\n".join(lines))
-  (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, default=str))
+  result_files.write(args.out, args.name, "\n".join(lines), result)
   return result
 
 

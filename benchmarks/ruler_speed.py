@@ -39,6 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from flax import nnx  # pylint: disable=g-import-not-at-top
 import numpy as np
 
+from benchmarks import result_files  # pylint: disable=wrong-import-position
 from pejax import provenance as provenance_lib
 from pejax.eval.ruler import model_eval
 from pejax.hf.tokenizer import ByteTokenizer
@@ -171,10 +172,7 @@ def run(args, log=print) -> dict:
               f"(compilation included), status {long['status']}."]
   lines.append("")
   text = "\n".join(lines)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / f"{args.name}.md").write_text(text)
-  (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, default=str))
+  result_files.write(args.out, args.name, text, result)
   return result
 
 
