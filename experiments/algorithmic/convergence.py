@@ -69,7 +69,7 @@ LATER_RECIPE_FIELDS = {"one_size_per_batch": False}
 # PE with new field names adds them here (test_committed_records_keep_their_directories fails
 # otherwise).
 LATER_PE_FIELDS = ("attend_current", "block_size", "chunk_size", "gate_dim", "init", "init_scale",
-                   "post_log_scale", "remainder", "short_conv", "w_rank")
+                   "position_table", "post_log_scale", "remainder", "short_conv", "w_rank")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,6 +123,60 @@ class ExponentialTest(parameterized.TestCase):
     np.testing.assert_allclose(float(jnp.sum(grad * direction)), float(numeric), rtol=2e-3)
 
 
+class PositionTableTest(parameterized.TestCase):
+  """``table_size``: rotations gathered from a table of ``[0, P)``, the same numbers."""
+
+  def setUp(self):
+    super().setUp()
+    generators = jax.random.normal(jax.random.key(0), (1, 2, 2, 4, 4))
+    self.generators = generators - jnp.swapaxes(generators, -1, -2)
+    # Per-row sorted positions, as randomized positions are drawn.
+    self.positions = jnp.sort(jax.random.randint(jax.random.key(1), (3, 5), 0, 12), axis=-1)
+
+  def test_equals_every_positions_own_exponential_values_and_gradients(self):
+    x = jax.random.normal(jax.random.key(2), (3, 5, 2, 8))
+
+    def loss(generators, table):
+      rotations = liere.liere_rotations(self.positions[..., None], generators, table_size=table)
+      return jnp.sum(jnp.sin(liere.apply_block_rotations(x, rotations)))
+
+    direct = liere.liere_rotations(self.positions[..., None], self.generators)
+    for table in (12, 40):
+      np.testing.assert_allclose(
+          liere.liere_rotations(self.positions[..., None], self.generators, table_size=table),
+          direct, atol=1e-7)
+      grad = jax.jit(jax.grad(loss), static_argnums=1)
+      np.testing.assert_allclose(grad(self.generators, table), grad(self.generators, None),
+                                 rtol=1e-5, atol=1e-6)
+
+  def test_a_traced_position_outside_the_table_is_nan_never_a_clamped_row(self):
+    rotate = jax.jit(lambda p: liere.liere_rotations(p[..., None], self.generators,
+                                                     table_size=12))
+    rotations = rotate(self.positions.at[0, 4].set(12).at[1, 0].set(-1))
+    bad = jnp.isnan(rotations).any(axis=(-1, -2, -3, -4))
+    np.testing.assert_array_equal(bad, jnp.zeros((3, 5), bool).at[0, 4].set(True)
+                                  .at[1, 0].set(True))
+
+  def test_bad_inputs_name_the_argument(self):
+    cases = [(dict(table_size=0), "table_size must be a positive integer"),
+             (dict(table_size=2.5), "table_size must be a positive integer"),
+             (dict(table_size=8), r"positions must lie in \[0, table_size=8\).*to 11"),
+             (dict(table_size=12, positions=self.positions.astype(jnp.float32)),
+              "table_size needs integer positions"),
+             (dict(table_size=12, generators=jnp.concatenate([self.generators] * 2)),
+              "table_size needs 1-D positions")]
+    for kwargs, message in cases:
+      with self.subTest(kwargs=sorted(kwargs)):
+        positions = kwargs.pop("positions", self.positions)
+        generators = kwargs.pop("generators", self.generators)
+        if generators.shape[0] == 2:
+          positions = jnp.stack([positions, positions], -1)
+        else:
+          positions = positions[..., None]
+        with self.assertRaisesRegex(ValueError, message):
+          liere.liere_rotations(positions, generators, **kwargs)
+
+
 class PropertiesTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)

@@ -399,6 +399,15 @@ class TrainToFitTest(absltest.TestCase):
     self.assertEqual(convergence.batch_row_len("duplicate_string", 40, 121), 121)
     self.assertEqual(convergence.batch_row_len("parity", 1, 42), 16)
 
+  def test_randomized_rotation_pes_get_a_position_table_of_the_position_range(self):
+    from experiments import length_generalization as lg  # pylint: disable=g-import-not-at-top
+    options = study_options.StudyOptions()
+    base = lg.base_config(options)
+    for variant, want in (("liere+randomized", 66), ("comrope+randomized", 66), ("liere", None),
+                          ("rope+randomized", None)):
+      config = sweep.variant_config(base, variant=variant, seed=0, max_position=66)
+      self.assertEqual(config.pe.get("position_table"), want, variant)
+
   def test_committed_records_keep_their_directories(self):
     # The run key of a default recipe must not change when Recipe gains a field: the full run
     # of length_generalization committed these directories and resumes from them.

@@ -22,6 +22,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from pejax.encodings import arg_checks
 from pejax.nn.positional.interface import PEConfig, register_pe
@@ -43,6 +44,8 @@ class ComRoPEConfig(BlockRotationChecks, PEConfig):
       ``P ~ N(0, init_scale^2)``, ``theta ~ N(0, 1)``).
     base: RoPE base theta of ``init="rope"``.
     init_scale: standard deviation of ``P`` with ``init="random"`` (the authors' ``init_std``).
+    position_table: ``None`` or P, as :class:`~pejax.nn.positional.liere.LieREConfig`'s:
+      rotations gathered from a table of positions ``[0, P)`` (faster with per-row positions).
   """
 
   kind: str = "ld"
@@ -50,6 +53,7 @@ class ComRoPEConfig(BlockRotationChecks, PEConfig):
   init: str = "rope"
   base: float = 10000.0
   init_scale: float = 1.0
+  position_table: Optional[int] = None
 
   def __post_init__(self):
     arg_checks.check_choice("kind", self.kind, VARIANTS)

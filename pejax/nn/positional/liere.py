@@ -28,7 +28,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from flax import nnx
 import jax
@@ -41,7 +41,8 @@ from pejax.nn.positional.interface import ModelDims, PEConfig, PositionalEncodin
 
 class BlockRotationChecks:
   """The checks of the fields LieRE and ComRoPE share (``block_size``, ``init``, ``base``,
-  ``init_scale``); a mixin without fields, so each config keeps its own field order."""
+  ``init_scale``, ``position_table``); a mixin without fields, so each config keeps its own
+  field order."""
 
   def check_block_rotation_fields(self) -> None:
     """Raises ``ValueError`` naming the first shared field that is out of range."""
@@ -53,6 +54,8 @@ class BlockRotationChecks:
       raise ValueError(f"block_size must be even with init='rope', got {self.block_size}")
     arg_checks.check_base("base", self.base)
     arg_checks.check_positive_float("init_scale", self.init_scale)
+    if self.position_table is not None:
+      arg_checks.check_positive_int("position_table", self.position_table)
 
   def check_model(self, model: ModelDims) -> None:
     """Raises ``ValueError`` naming ``block_size`` unless it fits the head dim.
@@ -74,12 +77,17 @@ class LieREConfig(BlockRotationChecks, PEConfig):
     init: ``"rope"`` (RoPE with ``base``, then learned) or ``"random"`` (the authors').
     base: RoPE base theta of ``init="rope"``.
     init_scale: scale of ``init="random"`` (``U[0, 2 pi init_scale)``).
+    position_table: ``None`` (each position's rotation computed) or P: positions must lie in
+      ``[0, P)`` and the rotations are gathered from a table of P computed once per call (the
+      same numbers; ~9x faster when every row has its own positions, as with randomized
+      positions); a position outside gives NaN logits.
   """
 
   block_size: int = 8
   init: str = "rope"
   base: float = 10000.0
   init_scale: float = 1.0
+  position_table: Optional[int] = None
 
   variant: ClassVar[str] = "liere"
 
@@ -116,9 +124,11 @@ class BlockRotationPE(PositionalEncoding):
     """
     generators = self.rotation.generators()
     squarings = self.rotation.max_squarings
-    q_rot = liere.liere_rotations(q_positions[..., None], generators, max_squarings=squarings)
+    table = self.config.position_table
+    q_rot = liere.liere_rotations(q_positions[..., None], generators, max_squarings=squarings,
+                                  table_size=table)
     k_rot = q_rot if k_positions is q_positions else liere.liere_rotations(
-        k_positions[..., None], generators, max_squarings=squarings)
+        k_positions[..., None], generators, max_squarings=squarings, table_size=table)
     return (liere.apply_block_rotations(q, q_rot), liere.apply_block_rotations(k, k_rot))
 
 

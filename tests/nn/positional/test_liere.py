@@ -139,7 +139,9 @@ class BlockRotationPETest(parameterized.TestCase):
     del pe_class
     cases = [(dict(block_size=1), "block_size"), (dict(block_size=5), "block_size"),
              (dict(block_size=2.5), "block_size"), (dict(init="orthogonal"), "init"),
-             (dict(base=1.0), "base"), (dict(init_scale=0.0), "init_scale")]
+             (dict(base=1.0), "base"), (dict(init_scale=0.0), "init_scale"),
+             (dict(position_table=0), "position_table"),
+             (dict(position_table=3.5), "position_table")]
     if config_class is ComRoPEConfig:
       cases.append((dict(kind="xy"), "kind"))
     for fields, name in cases:
@@ -147,6 +149,21 @@ class BlockRotationPETest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, name):
           config_class(**fields)
     config_class(block_size=5, init="random")  # Odd blocks are fine without the RoPE init.
+
+
+  @parameterized.named_parameters(*_CONFIGS)
+  def test_a_position_table_gives_the_same_model(self, config_class, pe_class):
+    # Per-row positions (randomized positions): the table changes the cost, not the numbers.
+    plain, tabled = _pe(pe_class, config_class()), _pe(pe_class, config_class(position_table=24))
+    _randomize(plain)
+    nnx.update(tabled, nnx.state(plain, nnx.Param))
+    positions = np.array([[0, 2, 5, 9, 20], [1, 3, 4, 22, 23]], np.int32)
+    for got, want in zip(tabled.rotate(self.q, self.k, positions, positions),
+                         plain.rotate(self.q, self.k, positions, positions)):
+      np.testing.assert_allclose(got, want, atol=1e-6)
+    q, _ = jax.jit(tabled.rotate)(self.q, self.k, positions + 4, positions)  # 26 >= 24.
+    self.assertTrue(bool(jnp.all(jnp.isnan(q[1, 3:]))))
+    self.assertFalse(bool(jnp.any(jnp.isnan(q[:, :3]))))
 
 
 if __name__ == "__main__":
