@@ -144,7 +144,7 @@ def all_variants(base: ml_collections.ConfigDict, *, randomized: bool = True) ->
   names = pe_capabilities.runnable_pes(base)
   if not randomized:
     return names
-  return names + tuple(n + RANDOMIZED for n in names if pe_capabilities.uses_positions(n))
+  return names + tuple(n + RANDOMIZED for n in names if pe_capabilities.takes_position_ids(n))
 
 
 def select_variants(settings: Settings, pes: Sequence[str]) -> Settings:

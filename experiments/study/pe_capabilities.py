@@ -91,14 +91,36 @@ def pe_class(name: str):
   return registry.get_pe_class(name) if name in registry.pe_names() else None
 
 
-def uses_positions(name: str) -> bool:
-  """Whether the registered PE ``name`` overrides any hook (NoPE: none; unknown: True)."""
+# Hooks that receive position ids as values: randomized positions change what they see.
+_POSITION_ID_HOOKS = ("embed", "rotate", "bias", "content_bias", "logits")
+# Hooks of PEs that encode order through the attention operator itself (PaTH's per-token
+# transforms, stick-breaking's causal products), not through position values.
+_OPERATOR_HOOKS = ("features", "attend")
+
+
+def _overrides_any(name: str, hooks: tuple) -> bool:
   from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
   cls = pe_class(name)
   if cls is None:
     return True
-  return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook)
-             for hook in ("embed", "rotate", "bias", "content_bias", "logits"))
+  return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook) for hook in hooks)
+
+
+def uses_positions(name: str) -> bool:
+  """Whether the registered PE ``name`` encodes order at all: it overrides any hook, the
+  attention-operator hooks included (NoPE: False; PaTH, stick-breaking: True; unknown: True).
+
+  This is the "NoPE" test of the studies: a PE that owns its attention operator is a position
+  encoding in its paper's sense even though it reads no position ids.
+  """
+  return _overrides_any(name, _POSITION_ID_HOOKS + _OPERATOR_HOOKS)
+
+
+def takes_position_ids(name: str) -> bool:
+  """Whether the registered PE ``name`` reads position ids as values (unknown: True), i.e.
+  whether randomized positions (Ruoss et al. 2023) give it a different model: NoPE, PaTH and
+  stick-breaking do not."""
+  return _overrides_any(name, _POSITION_ID_HOOKS)
 
 
 def is_absolute(name: str) -> bool:

@@ -36,6 +36,28 @@ class ClaimsTest(absltest.TestCase):
     self.assertEqual(by_name["randomized positions improve length generalization of rope"],
                      (["rope+randomized"], ["rope"]))
 
+  def test_nope_side_is_only_the_pe_that_encodes_no_order(self):
+    # PaTH and stick-breaking read no position ids but encode order through their attention
+    # operator: they are not NoPE in Kazemnejad et al.'s claim (the 20:09 UTC report of
+    # 2026-12-06 counted them on NoPE's side), and randomized positions leave them unchanged.
+    claims = lg.claims(["none", "path", "stick_breaking", "sinusoidal", "learned"])
+    by_name = {c[0].split(" (")[0]: (c[1], c[2]) for c in claims}
+    self.assertEqual(by_name["NoPE generalizes to longer inputs better than absolute PEs"],
+                     (["none"], ["sinusoidal", "learned"]))
+    from experiments.study import pe_capabilities  # pylint: disable=g-import-not-at-top
+    for name, uses, takes in (("none", False, False), ("path", True, False),
+                              ("stick_breaking", True, False), ("rope", True, True),
+                              ("alibi", True, True), ("fox", True, True)):
+      self.assertEqual((pe_capabilities.uses_positions(name),
+                        pe_capabilities.takes_position_ids(name)), (uses, takes), name)
+    base = lg.base_config(study_options.StudyOptions())
+    variants = sweep.all_variants(base)
+    self.assertIn("path", variants)
+    self.assertNotIn("path+randomized", variants)
+    self.assertNotIn("stick_breaking+randomized", variants)
+    self.assertNotIn("none+randomized", variants)
+    self.assertIn("liere+randomized", variants)
+
   def test_verdicts_use_the_seed_spread_and_name_unfit_variants(self):
     settings = sweep.Settings(tasks=(), variants=(), seeds=(0, 1, 2),
                                recipe=convergence.Recipe(max_steps=500))
