@@ -208,6 +208,10 @@ def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Setting
                  rows)
   results = report_sections.results_payload(settings, summary, outcomes)
   results["leaderboard"] = {"copy / reverse": seed_summary.leaderboard_entry(settings, outcomes)}
+  # The headline column above is the raw view; its trainability twin marks it so for the
+  # leaderboard (a record without it was written before the raw view existed).
+  results["leaderboard_trainability"] = {"copy / reverse": seed_summary.leaderboard_entry(
+      settings, outcomes, view="trainability")}
   results["verdicts"] = [v.to_json() for v in report.verdicts]
   return markdown_report.write_report(report, workdir, results, study=STUDY, log=log)
 

@@ -112,6 +112,7 @@ class TinyStudyTest(absltest.TestCase):
     self.assertEqual(set(runs["rope+randomized"][0]["accuracy_by_size"]), {"sampled", "arange"})
     self.assertEqual(runs["rope"][0]["fit"]["steps"], 3)
     self.assertIn("copy / reverse", saved["results"]["leaderboard"])
+    self.assertIn("copy / reverse", saved["results"]["leaderboard_trainability"])
     lines = []
     lg.run(options, settings=settings, log=lines.append)  # Every model is reused.
     self.assertTrue(any("reused" in line for line in lines), lines)
