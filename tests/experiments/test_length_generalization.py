@@ -13,6 +13,7 @@ from experiments import length_generalization as lg
 from experiments.algorithmic import convergence
 from experiments.algorithmic import seed_summary
 from experiments.algorithmic import sweep
+from experiments.study import pe_capabilities
 from experiments.study import study_options
 
 
@@ -44,7 +45,6 @@ class ClaimsTest(absltest.TestCase):
     by_name = {c[0].split(" (")[0]: (c[1], c[2]) for c in claims}
     self.assertEqual(by_name["NoPE generalizes to longer inputs better than absolute PEs"],
                      (["none"], ["sinusoidal", "learned"]))
-    from experiments.study import pe_capabilities  # pylint: disable=g-import-not-at-top
     for name, uses, takes in (("none", False, False), ("path", True, False),
                               ("stick_breaking", True, False), ("rope", True, True),
                               ("alibi", True, True), ("fox", True, True)):
