@@ -13,8 +13,9 @@ plus the suites of `pejax.data.ruoss_tasks` (Delétang et al. / Ruoss et al.: re
 duplicate_string, missing_duplicate, odds_first, binary_addition, bucket_sort, parity,
 cycle_navigation, stack_manipulation), `pejax.data.nope_tasks` (Kazemnejad et al.: sort_digits,
 sum_digits), `pejax.data.flip_flop` (flip_flop), `pejax.data.associative_recall` (mqar) and
-`pejax.data.cope_tasks` (selective_copy, count_symbol); their size is the input length (the
-number of instructions for flip_flop, of key-value pairs for mqar), see each module.
+`pejax.data.cope_tasks` (selective_copy, count_symbol, count_increments); their size is the
+input length (the number of instructions for flip_flop, of key-value pairs for mqar, of
+statements for count_increments), see each module.
 
 A batch draws B sizes uniformly from `[min_size, max_size]` and one example per size, then encodes
 them as right-padded rows of length L (`pejax.data.synthetic_example.encode_examples`: the loss
@@ -126,6 +127,8 @@ _register_suite(flip_flop.TASKS, lambda _, text: flip_flop.solve(text))
 _register_suite(associative_recall.TASKS, lambda _, text: associative_recall.solve(text))
 _register_suite(cope_tasks.TASKS, cope_tasks.solve)
 TASKS["flip_flop"] = dataclasses.replace(TASKS["flip_flop"], option_names=("ignore_prob",))
+TASKS["count_increments"] = dataclasses.replace(TASKS["count_increments"],
+                                                option_names=("num_variables", "max_value"))
 TASK_NAMES = tuple(TASKS)
 
 

@@ -11,7 +11,8 @@ from pejax.data import nope_tasks
 from pejax.data import synthetic
 from pejax.data import synthetic_example
 
-TASKS = ("flip_flop", "mqar", "selective_copy", "count_symbol", "sort_digits", "sum_digits")
+TASKS = ("flip_flop", "mqar", "selective_copy", "count_symbol", "count_increments", "sort_digits",
+         "sum_digits")
 
 
 class ContentTasksTest(parameterized.TestCase):
