@@ -2,21 +2,30 @@
 
 Flip-flop language modelling (Liu et al. 2023: remember the last written bit across ignored
 instructions), multi-query associative recall (Arora et al. 2023: recall the value of every
-queried key), selective copy and symbol counting (the tasks Golovneva et al. 2024 show CoPE
-solving where token-count positions fail). Each model trains on short inputs until it fits
-in-distribution (held-out exact match >= 0.99) or a step cap, then is tested on longer ones.
+queried key), selective copy and two counting tasks (the tasks Golovneva et al. 2024 show CoPE
+solving where token-count positions fail; ``count_increments`` is their counting task as their
+code generates it). Each model trains on short inputs until it fits in-distribution (held-out
+exact match >= 0.99) or a step cap, then is tested on longer ones.
+
+Flip-flop glitches (Liu et al.'s measurement; issue 45): each flip-flop model, trained on
+FFL(0.8), is also tested on sparse (ignore probability 0.98) and dense (0.1) sequences at the
+training length and beyond, with ``GLITCH_EXAMPLES`` sequences a cell (a resolution of 1/2000,
+far below the verdicts' 0.02 margin); the report gives the glitch rate (sequences with any wrong
+read) per PE and checks Golovneva et al.'s claim that CoPE glitches less than RoPE and learned
+absolute positions on them (:mod:`experiments.algorithmic.condition_scores`).
 
 Published expectation (Golovneva et al. 2024, sections 5.1-5.3): a content-aware PE (CoPE; here
 every PE whose class declares ``content_aware``: CoPE, FoX, PoPE, Shaw) beats the token-count
 PEs (absolute, RoPE, relative biases) out of distribution on counting, selective copy and
 flip-flop. Checked per task: the best content-aware PE against the best position-only PE,
-beyond the seed spread. MQAR (Arora et al.) carries no PE claim; it is reported for the
-leaderboard.
+beyond the seed spread; and, as the paper compares them, CoPE against RoPE and against NoPE on
+selective copy and on counting (``count_increments``). MQAR (Arora et al.) carries no PE claim;
+it is reported for the leaderboard.
 
 Tasks (:mod:`pejax.data.flip_flop`, :mod:`pejax.data.associative_recall`,
 :mod:`pejax.data.cope_tasks`): flip_flop (n instructions, ignore probability 0.8 = FFL(0.8)),
 mqar (n key-value pairs, every key queried), selective_copy (n input bytes), count_symbol (n
-input bytes).
+input bytes), count_increments (n statements over 3 variables, as the authors' runs).
 
 References:
   Liu et al., "Exposing Attention Glitches with Flip-Flop Language Modeling", NeurIPS 2023,
@@ -27,10 +36,12 @@ References:
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import ml_collections
 
+from experiments.algorithmic import condition_scores
 from experiments.algorithmic import convergence
 from experiments.algorithmic import seed_comparison
 from experiments.algorithmic import seed_summary
@@ -38,6 +49,7 @@ from experiments.algorithmic import suite_study
 from experiments.algorithmic import sweep
 from experiments.study import expectations
 from experiments.study import pe_capabilities
+from experiments.study import seed_statistics
 from experiments.study import study_options
 from experiments.study import table_cells
 from pejax import runtime_env
@@ -50,9 +62,21 @@ TASKS = {
     "mqar": (8, (12, 16, 24, 32)),
     "selective_copy": (20, (30, 40, 60, 80)),
     "count_symbol": (20, (30, 40, 60, 80)),
+    "count_increments": (40, (60, 80, 120, 160)),
 }
 QUICK_TASKS = {"flip_flop": (8, (12, 16, 24)), "count_symbol": (8, (12, 16, 24))}
-CLAIMED = ("flip_flop", "selective_copy", "count_symbol")
+CLAIMED = ("flip_flop", "selective_copy", "count_symbol", "count_increments")
+COPE_CLAIMS = ("selective_copy", "count_increments")  # CoPE vs RoPE and vs NoPE, as published.
+# Flip-flop glitch conditions (Liu et al. 2023): the training distribution, sparse and dense.
+GLITCH_CONDITIONS = (
+    condition_scores.Condition("FFL(0.8)", {"ignore_prob": 0.8}),
+    condition_scores.Condition("sparse FFL(0.98)", {"ignore_prob": 0.98}),
+    condition_scores.Condition("dense FFL(0.1)", {"ignore_prob": 0.1}),
+)
+GLITCH_EXAMPLES = 2000  # Sequences per (condition, size) cell; --quick: QUICK_GLITCH_EXAMPLES.
+QUICK_GLITCH_EXAMPLES = 64
+# Golovneva et al. 2024, Table 1: CoPE against these (absolute = learned positions).
+GLITCH_CLAIM = ("cope", ("rope", "learned"))
 
 
 def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
@@ -96,8 +120,27 @@ def best_of(entries: Mapping[str, Mapping[str, Any]], group) -> tuple:
   return (best, entries[best][key]) if best else (None, {})
 
 
+def cope_verdicts(summary, settings: sweep.Settings) -> List[expectations.Verdict]:
+  """Golovneva et al.'s own comparisons on their tasks: CoPE beats RoPE, and beats NoPE, out of
+  distribution on selective copy and on counting (:data:`COPE_CLAIMS`), every seed as
+  measured (:func:`seed_comparison.group_verdict`, raw view)."""
+  out = []
+  for task in COPE_CLAIMS:
+    entries = summary.get(task, {})
+    if "cope" not in entries:
+      continue
+    for loser in ("rope", "none"):
+      if loser in entries:
+        out.append(seed_comparison.group_verdict(
+            f"{task}: CoPE beats {loser} out of distribution (Golovneva et al. 2024)",
+            entries, ["cope"],
+            [loser], settings.recipe, rescue_steps=settings.rescue_steps))
+  return out
+
+
 def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.Verdict]:
-  """Per claimed task: the best content-aware PE beats the best position-only PE."""
+  """Per claimed task: the best content-aware PE beats the best position-only PE; then
+  :func:`cope_verdicts`."""
   out = []
   for task in CLAIMED:
     if task not in summary:
@@ -121,7 +164,102 @@ def verdicts(summary, settings: sweep.Settings, outcomes) -> List[expectations.V
         "exact match as measured, every seed, fit or not), medians >= "
         f"{seed_comparison.MARGIN:g} apart; both at or below chance "
         f"({table_cells.fmt(chance, 3)}): not measurable (floor)", note=note, floor=chance))
+  if settings is not None:
+    out += cope_verdicts(summary, settings)
   return out
+
+
+def glitch_sizes(spec: sweep.TaskSpec) -> tuple:
+  """The flip-flop sizes the glitch rates are measured at: the largest training size, twice it
+  (when tested) and the largest test size."""
+  return tuple(sorted({spec.train_max, *(s for s in spec.ood_sizes
+                                         if s in (2 * spec.train_max, max(spec.ood_sizes)))}))
+
+
+def glitch_rates(base: ml_collections.ConfigDict, settings: sweep.Settings, outcomes, *,
+                 examples: int, log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Per flip-flop model: its error rates under :data:`GLITCH_CONDITIONS` (measured, or read from
+  its ``conditions.json`` when its weights were not kept; ``None`` when neither).
+
+  Returns:
+    ``{variant: {str(seed): {condition: {str(size): error rates}} or None}}``.
+  """
+  spec = next((t for t in settings.tasks if t.name == "flip_flop"), None)
+  if spec is None:
+    return {}
+  sizes = glitch_sizes(spec)
+  out: Dict[str, Any] = {}
+  for (task, variant, seed), outcome in sorted(outcomes.items()):
+    if task != "flip_flop":
+      continue
+    config = sweep.variant_config(base, variant=variant, seed=seed,
+                                  max_position=settings.position_range)
+    kept = (pathlib.Path(outcome.fit.run_dir) / convergence.PARAMS_FILE).exists()
+    scores = condition_scores.condition_scores(
+        outcome.fit, config, spec, GLITCH_CONDITIONS, sizes=sizes, examples=examples,
+        recorded_only=not kept)
+    if scores is None:
+      log(f"flip_flop {variant} seed {seed}: glitch rates not measured (weights not kept)")
+    out.setdefault(variant, {})[str(seed)] = scores
+  return out
+
+
+def glitch_spreads(rates: Mapping[str, Any], condition: str, size: int, *,
+                   key: str = "sequence_error") -> Dict[str, Dict[str, Any]]:
+  """``{variant: spread over seeds}`` of one error rate in one cell (unmeasured seeds left out)."""
+  return {variant: seed_statistics.spread(
+      [s[condition][str(size)][key] for s in by_seed.values() if s is not None])
+      for variant, by_seed in rates.items()}
+
+
+def glitch_verdicts(rates: Mapping[str, Any], spec: sweep.TaskSpec, *,
+                    examples: int) -> List[expectations.Verdict]:
+  """Golovneva et al.'s flip-flop claim per shifted density, at the largest training size: CoPE
+  has a higher sequence accuracy (1 - glitch rate) than RoPE and learned positions on every
+  seed, medians >= the margin apart (the margin is far above a cell's resolution)."""
+  winner, losers = GLITCH_CLAIM
+  losers = [v for v in losers if v in rates]
+  if winner not in rates or not losers:
+    return []
+  out = []
+  for condition in GLITCH_CONDITIONS[1:]:
+    errors = glitch_spreads({v: rates[v] for v in (winner, *losers)}, condition.name,
+                            spec.train_max)
+    if any(not e["n"] for e in errors.values()):
+      continue  # Not measured (weights not kept): no verdict rather than a verdict on nothing.
+    accuracy = {v: seed_statistics.spread([1.0 - x for x in e["values"]])
+                for v, e in errors.items()}
+    out.append(seed_comparison.spread_verdict(
+        f"flip-flop, {condition.name} sequences at the training length ({spec.train_max} "
+        f"instructions): {winner} glitches less than {', '.join(losers)} (Golovneva et al. "
+        "2024, Table 1; glitches as Liu et al. 2023 count them)",
+        {winner: accuracy[winner]}, {v: accuracy[v] for v in losers},
+        f"sequence accuracy (1 - glitch rate, {examples} sequences a seed: resolution "
+        f"{condition_scores.resolution(examples):.4f}) of every {winner} seed above every seed "
+        f"of the others, medians >= {seed_comparison.MARGIN:g} apart; all at 0: not "
+        "measurable (floor)", floor=0.0))
+  return out
+
+
+def glitch_section(report, rates: Mapping[str, Any], spec: sweep.TaskSpec, *,
+                   examples: int) -> None:
+  """The report's table of glitch rates (median [min-max] over seeds) per PE and cell."""
+  sizes = glitch_sizes(spec)
+  cells = [(c.name, s) for c in GLITCH_CONDITIONS for s in sizes]
+  rows = []
+  for variant in sorted(rates):
+    row = [variant]
+    for condition, size in cells:
+      spread = glitch_spreads({variant: rates[variant]}, condition, size)[variant]
+      row.append(table_cells.median_cell(spread, 3) if spread["n"] else "not measured")
+    rows.append(row)
+  report.section("Flip-flop glitches", (
+      "Glitch rate (the fraction of sequences with at least one wrong read bit, Liu et al. "
+      f"2023) of each flip-flop model, trained on FFL(0.8) up to {spec.train_max} "
+      f"instructions, on {examples} fresh sequences per cell (resolution "
+      f"{condition_scores.resolution(examples):.4f}); median [min-max] over seeds. The "
+      "per-read error rates are in results.json."))
+  report.table(["PE"] + [f"{c} n={s}" for c, s in cells], rows)
 
 
 def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Settings] = None,
@@ -138,9 +276,26 @@ def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Setting
   """
   base = base_config(options)
   settings = settings or settings_for(options, base)
+  examples = QUICK_GLITCH_EXAMPLES if options.quick else GLITCH_EXAMPLES
+
+  def glitches(report, summary, settings, outcomes):
+    del summary
+    rates = glitch_rates(base, settings, outcomes, examples=examples, log=log)
+    if not rates:
+      return {}
+    spec = next(t for t in settings.tasks if t.name == "flip_flop")
+    glitch_section(report, rates, spec, examples=examples)
+    for v in glitch_verdicts(rates, spec, examples=examples):
+      report.add_verdict(v)
+    return {"flip_flop_glitches": {"examples": examples, "sizes": list(glitch_sizes(spec)),
+                                   "conditions": {c.name: dict(c.options)
+                                                  for c in GLITCH_CONDITIONS},
+                                   "by_variant": rates}}
+
   return suite_study.run_study(
       options, study=STUDY, title="Flip-flop, associative recall, selective copy and counting",
-      base=base, settings=settings, family="content tasks", verdicts=verdicts, log=log)
+      base=base, settings=settings, family="content tasks", verdicts=verdicts, extra=glitches,
+      log=log)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Size n = input length:
                   (decimal). Counting the tokens of one kind is the position CoPE assigns by
                   its gates; here the whole string is counted. Text <= n + 7.
   count_increments
-                  Golovneva et al.'s counting task (section 5.3) as their code generates it
+                  Golovneva et al.'s counting task as their code generates it
                   (``projects/cope/scripts/count_data_gen.py`` of facebookresearch/RAM): a
                   program of n statements over ``num_variables`` variables (``a``, ``b``, ...),
                   each a reset ``x0`` (theirs: ``x = 0 ;``), an increment ``x+`` (``x ++;``) or
@@ -98,7 +98,7 @@ class _Uniforms:
 def count_increments_example(rng: np.random.Generator | int, *, length: int,
                              num_variables: int = 3, max_value: int = COUNT_MAX_VALUE
                              ) -> synthetic_example.SyntheticExample:
-  """A program of resets, increments and no-ops -> a variable's value (Golovneva et al. 5.3).
+  """A program of resets, increments and no-ops -> a variable's value (Golovneva et al.).
 
   The sampling follows the reference generator (module docstring): each statement draws its
   kind with weights reset 1, no-op 50, increment 7; a reset picks any of the variables, an

@@ -2,7 +2,7 @@
 
 Not run by the test suite. The reference is ``projects/cope/scripts/count_data_gen.py`` of
 facebookresearch/RAM, commit 42a13702952ceb2aad74c087c659ca9a404ab1fa (Golovneva et al. 2024,
-arXiv:2405.18719, section 5.3): standard-library Python, so any ``python3`` runs it. To reproduce::
+arXiv:2405.18719, the counting task): standard-library Python, so any ``python3`` runs it. To reproduce::
 
     git clone https://github.com/facebookresearch/RAM /tmp/RAM
     git -C /tmp/RAM checkout 42a13702952ceb2aad74c087c659ca9a404ab1fa
