@@ -99,11 +99,8 @@ _OPERATOR_HOOKS = ("features", "attend")
 
 
 def _overrides_any(name: str, hooks: tuple) -> bool:
-  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
   cls = pe_class(name)
-  if cls is None:
-    return True
-  return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook) for hook in hooks)
+  return True if cls is None else any(cls.overrides(hook) for hook in hooks)
 
 
 def uses_positions(name: str) -> bool:
@@ -135,8 +132,6 @@ def is_content_aware(name: str) -> bool:
 
 def is_relative_bias(name: str) -> bool:
   """A translation-invariant bias of positions only (T5, ALiBi, KERPLE, Sandwich)."""
-  from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
   cls = pe_class(name)
   return bool(cls is not None and cls.translation_invariant and not cls.content_aware
-              and cls.bias is not PositionalEncoding.bias
-              and cls.rotate is PositionalEncoding.rotate)
+              and cls.overrides("bias") and not cls.overrides("rotate"))

@@ -341,47 +341,64 @@ class PositionalEncoding(nnx.Module):
 
   # What the decoder asks. --------------------------------------------------------------------
 
+  _HOOKS = ("embed", "rotate", "bias", "kernel_bias", "content_bias", "features", "logits",
+            "attend")
+
+  @classmethod
+  def overrides(cls, hook: str) -> bool:
+    """Whether this PE class overrides the interface hook ``hook`` (one of ``embed``, ``rotate``,
+    ``bias``, ``kernel_bias``, ``content_bias``, ``features``, ``logits``, ``attend``): what
+    the ``has_*`` properties below ask of an instance, answered from the class (the studies
+    ask it of registered names, without building a PE).
+
+    Raises:
+      ValueError: for a name that is not a hook.
+    """
+    if hook not in PositionalEncoding._HOOKS:
+      raise ValueError(f"hook must be one of {list(PositionalEncoding._HOOKS)}, got {hook!r}")
+    return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
   @property
   def has_embed(self) -> bool:
     """Whether this PE overrides ``embed``."""
-    return type(self).embed is not PositionalEncoding.embed
+    return self.overrides("embed")
 
   @property
   def has_rotate(self) -> bool:
     """Whether this PE overrides ``rotate``."""
-    return type(self).rotate is not PositionalEncoding.rotate
+    return self.overrides("rotate")
 
   @property
   def has_bias(self) -> bool:
     """Whether this PE overrides ``bias``."""
-    return type(self).bias is not PositionalEncoding.bias
+    return self.overrides("bias")
 
   @property
   def has_kernel_bias(self) -> bool:
     """Whether this PE overrides ``kernel_bias`` (a fused kernel can compute its ``bias``)."""
     return (self.has_bias and not self.has_content_bias and not self.has_logits
-            and type(self).kernel_bias is not PositionalEncoding.kernel_bias)
+            and self.overrides("kernel_bias"))
 
   @property
   def has_content_bias(self) -> bool:
     """Whether this PE overrides ``features`` / ``content_bias``."""
-    return type(self).content_bias is not PositionalEncoding.content_bias
+    return self.overrides("content_bias")
 
   @property
   def has_logits(self) -> bool:
     """Whether this PE overrides ``logits``."""
-    return type(self).logits is not PositionalEncoding.logits
+    return self.overrides("logits")
 
   @property
   def has_attend(self) -> bool:
     """Whether this PE overrides ``attend`` (its own blockwise attention operator)."""
-    return type(self).attend is not PositionalEncoding.attend
+    return self.overrides("attend")
 
   @property
   def has_features(self) -> bool:
     """Whether this PE computes per-token ``features`` (for ``content_bias`` or ``attend``; a
     KV cache keeps their key side per layer)."""
-    return type(self).features is not PositionalEncoding.features
+    return self.overrides("features")
 
   @property
   def name(self) -> str:

@@ -138,6 +138,17 @@ class EveryPETest(parameterized.TestCase):
       self.assertIsInstance(getattr(cls, attribute), bool, attribute)
     self.assertFalse(cls.absolute and cls.translation_invariant, "absolute and invariant")
 
+  def test_overrides_names_the_hooks_of_each_family(self):
+    expected = {"none": set(), "rope": {"rotate"}, "alibi": {"bias", "kernel_bias"},
+                "t5": {"bias", "kernel_bias"}, "sinusoidal": {"embed"},
+                "path": {"features", "attend"}, "stick_breaking": {"attend"}}
+    from pejax.nn.positional.interface import PositionalEncoding  # pylint: disable=g-import-not-at-top
+    every = PositionalEncoding._HOOKS  # pylint: disable=protected-access
+    for name, hooks in expected.items():
+      self.assertEqual({h for h in every if _pe_class(name).overrides(h)}, hooks, name)
+    with self.assertRaisesRegex(ValueError, "hook must be one of .*got 'biases'"):
+      _pe_class("alibi").overrides("biases")
+
 
 class UserPETest(absltest.TestCase):
   """A PE registered from user code reaches DecoderConfig and the experiment config."""
@@ -342,7 +353,7 @@ class PatternsTest(parameterized.TestCase):
       full = _forward_with(plain, tokens, None, None, attention=attention)
       chex.assert_trees_all_close(base[:, :4], full[:, :4], atol=1e-5)
       self.assertGreater(float(jnp.abs(base[:, 4:] - full[:, 4:]).max()), 1e-4)
-      if pe_class.features is PositionalEncoding.features:
+      if not pe_class.overrides("features"):
         moved = _forward_with(chunked, changed, None, None, attention=attention)
         chex.assert_trees_all_close(moved[:, 4:], base[:, 4:], atol=1e-5)
       outputs.append(base)
