@@ -15,7 +15,7 @@ import math
 import os
 import pathlib
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
 
@@ -90,6 +90,40 @@ def final_losses(run_dir: os.PathLike | str) -> Dict[str, Optional[float]]:
     train_seconds = ((stamps[-1][1] - stamps[0][1]) * stamps[-1][0]
                      / (stamps[-1][0] - stamps[0][0]))
   return {"train_loss": train_loss, "valid_loss": valid_loss, "train_seconds": train_seconds}
+
+
+def validation_curve(run_dir: os.PathLike | str) -> List[Tuple[int, float]]:
+  """``[(step, validation loss)]`` of a run's ``metrics.jsonl`` (its ``eval`` records), in order."""
+  from pejax.train import read_metrics  # pylint: disable=g-import-not-at-top
+  return [(int(r["step"]), float(r["metrics"]["loss"])) for r in read_metrics(run_dir)
+          if r.get("split") == "eval" and r.get("metrics", {}).get("loss") is not None]
+
+
+def late_improvement(curve: Sequence[Tuple[int, float]], *, fraction: float = 0.25
+                     ) -> Optional[float]:
+  """How much the validation loss still fell over the last ``fraction`` of training.
+
+  The relative drop ``(loss then - final loss) / loss then``, where "then" is the last
+  evaluation at or before step ``(1 - fraction) * final step`` (a training curve that has
+  flattened gives about 0; a negative value: the loss rose). ``None`` with fewer than two
+  evaluations or none that early.
+
+  Args:
+    curve: ``[(step, loss)]`` (:func:`validation_curve`).
+    fraction: the late part of training, in (0, 1).
+
+  Raises:
+    ValueError: for ``fraction`` outside (0, 1).
+  """
+  if not 0.0 < float(fraction) < 1.0:
+    raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+  if len(curve) < 2:
+    return None
+  final_step, final_loss = curve[-1]
+  earlier = [loss for step, loss in curve[:-1] if step <= (1.0 - fraction) * final_step]
+  if not earlier or earlier[-1] <= 0:
+    return None
+  return (earlier[-1] - final_loss) / earlier[-1]
 
 
 @functools.lru_cache(maxsize=4)

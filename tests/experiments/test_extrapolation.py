@@ -98,6 +98,70 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual((cell["min"], cell["max"], cell["n"]), (2.0, 4.0, 2))
 
 
+class ControlAndHeadroomTest(absltest.TestCase):
+  """Issue 45 part 4: each PE's positions trained (vs NoPE at L), how far training got, and the
+  share of the context gain lost (the ratio's ceiling is the corpus's unigram perplexity)."""
+
+  def _per_seed(self, at_l):
+    """pe -> per-seed perplexities at L (16x: twice that)."""
+    return extrapolation.summarize({pe: [[{"mode": m, "length": n, "perplexity": v * (n // L),
+                                           "status": "ok"} for m in extrapolation.MODES
+                                          for n in (L, 2 * L)] for v in values]
+                                    for pe, values in at_l.items()})
+
+  def test_a_pe_no_better_than_nope_at_l_fails_its_control(self):
+    summary = self._per_seed({"none": [12.9, 12.6, 12.8], "t5": [12.1, 12.5, 12.2],
+                              "rope": [8.5, 8.3, 8.8], "alibi": [9.6, 9.5, 9.8]})
+    statuses = {v.expectation.split(":")[1].split()[0]: v.status
+                for v in extrapolation.control_verdicts(summary, train_len=L)}
+    # T5's second seed is 12.5 vs NoPE's 12.6: x0.992, within the 2% margin.
+    self.assertEqual(statuses, {"t5": expectations.NOT_HELD, "rope": expectations.HELD,
+                                "alibi": expectations.HELD})
+    self.assertEqual(extrapolation.control_verdicts(
+        self._per_seed({"t5": [12.0]}), train_len=L), [])  # No NoPE: no control.
+
+  def test_context_lost_is_zero_for_flat_one_at_unigram_and_none_without_gain(self):
+    unigram = 3.248
+    self.assertAlmostEqual(extrapolation.context_lost(9.4, 9.4, unigram), 0.0)
+    self.assertAlmostEqual(extrapolation.context_lost(11.12, 25.74, unigram), 1.0, places=3)
+    # The committed run's sinusoidal: x2.19, yet 93% of its context gain lost.
+    self.assertAlmostEqual(extrapolation.context_lost(11.12, 24.35, unigram), 0.934, places=3)
+    self.assertIsNone(extrapolation.context_lost(30.0, 40.0, unigram))  # Above unigram at L.
+    self.assertIsNone(extrapolation.context_lost(None, 9.0, unigram))
+    note = extrapolation.sinusoidal_headroom_note(
+        _summary({"sinusoidal": {L: 11.12, 16 * L: 24.35}}), unigram=unigram, train_len=L,
+        max_len=16 * L)
+    self.assertIn("93% of the way from its perplexity at L (11.12) to the corpus's unigram "
+                  "perplexity (25.74)", note)
+    self.assertIn("no ratio much above x2.31", note)
+    self.assertEqual(extrapolation.sinusoidal_headroom_note(
+        _summary({"rope": {L: 8.0, 16 * L: 9.0}}), unigram=unigram, train_len=L,
+        max_len=16 * L), "")
+
+  def test_late_improvement_and_the_flatness_note(self):
+    from experiments.study import trained_runs  # pylint: disable=g-import-not-at-top
+    curve = [(100, 3.0), (200, 2.5), (300, 2.2), (400, 2.19)]
+    # Last quarter of 400 steps: from the evaluation at step 300 (<= 300) to the end.
+    self.assertAlmostEqual(trained_runs.late_improvement(curve), (2.2 - 2.19) / 2.2)
+    self.assertAlmostEqual(trained_runs.late_improvement(curve, fraction=0.5),
+                           (2.5 - 2.19) / 2.5)
+    self.assertIsNone(trained_runs.late_improvement([(100, 3.0)]))
+    with self.assertRaisesRegex(ValueError, "fraction must be in .0, 1., got 1.5"):
+      trained_runs.late_improvement(curve, fraction=1.5)
+    note = extrapolation.flatness_note({"rope": [0.004, 0.002], "t5": [0.05, 0.001],
+                                        "alibi": [None, 0.0]}, 2000)
+    self.assertIn("on every seed for 1 of 3 PEs; still falling: t5 (5.0%, 0.1%); too few "
+                  "validation points to tell: alibi.", note)
+
+  def test_full_mode_trains_longer_and_scores_32k_tokens_a_cell(self):
+    options = study_options.StudyOptions()
+    base = extrapolation.base_config(options)
+    settings = extrapolation.settings_for(options, base)
+    self.assertEqual((base.train.steps, settings.eval_tokens), (2000, 32768))
+    quick = study_options.StudyOptions(quick=True)
+    self.assertEqual(extrapolation.base_config(quick).train.steps, 100)
+
+
 class SelectionTest(absltest.TestCase):
   """The study runs every registered PE; bounded tables are found by capability."""
 
@@ -141,6 +205,8 @@ class SmokeTest(absltest.TestCase):
     report = (tmp / "report" / "report.md").read_text()
     self.assertIn("## Expectation vs measured", report)
     self.assertIn("cannot go past their table", report)
+    self.assertIn("## Share of the context gain lost", report)
+    self.assertIn("valid loss drop, last quarter", report)
     for mode in extrapolation.MODES:
       self.assertEqual((tmp / "report" / f"extrapolation_{mode}.png").read_bytes()[:4],
                        b"\x89PNG")
