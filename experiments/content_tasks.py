@@ -11,7 +11,7 @@ Flip-flop glitches (Liu et al.'s measurement; issue 45): each flip-flop model, t
 FFL(0.8), is also tested on sparse (ignore probability 0.98) and dense (0.1) sequences at the
 training length and beyond, with ``GLITCH_EXAMPLES`` sequences a cell (a resolution of 1/2000,
 far below the verdicts' 0.02 margin); the report gives the glitch rate (sequences with any wrong
-read) per PE and checks Golovneva et al.'s claim that CoPE glitches less than RoPE and learned
+read) per PE and checks Golovneva et al.'s claim that CoPE errs less than RoPE and learned
 absolute positions on them (:mod:`experiments.algorithmic.condition_scores`).
 
 Published expectation (Golovneva et al. 2024, sections 5.1-5.3): a content-aware PE (CoPE; here
@@ -75,7 +75,7 @@ GLITCH_CONDITIONS = (
 )
 GLITCH_EXAMPLES = 2000  # Sequences per (condition, size) cell; --quick: QUICK_GLITCH_EXAMPLES.
 QUICK_GLITCH_EXAMPLES = 64
-# Golovneva et al. 2024, Table 1: CoPE against these (absolute = learned positions).
+# Golovneva et al. 2024's flip-flop comparison: CoPE against these (absolute = learned).
 GLITCH_CLAIM = ("cope", ("rope", "learned"))
 
 
@@ -232,7 +232,7 @@ def glitch_verdicts(rates: Mapping[str, Any], spec: sweep.TaskSpec, *,
     out.append(seed_comparison.spread_verdict(
         f"flip-flop, {condition.name} sequences at the training length ({spec.train_max} "
         f"instructions): {winner} glitches less than {', '.join(losers)} (Golovneva et al. "
-        "2024, Table 1; glitches as Liu et al. 2023 count them)",
+        "2024; sparse and dense sequences as Liu et al. 2023 define them)",
         {winner: accuracy[winner]}, {v: accuracy[v] for v in losers},
         f"sequence accuracy (1 - glitch rate, {examples} sequences a seed: resolution "
         f"{condition_scores.resolution(examples):.4f}) of every {winner} seed above every seed "
@@ -254,8 +254,8 @@ def glitch_section(report, rates: Mapping[str, Any], spec: sweep.TaskSpec, *,
       row.append(table_cells.median_cell(spread, 3) if spread["n"] else "not measured")
     rows.append(row)
   report.section("Flip-flop glitches", (
-      "Glitch rate (the fraction of sequences with at least one wrong read bit, Liu et al. "
-      f"2023) of each flip-flop model, trained on FFL(0.8) up to {spec.train_max} "
+      "Glitch rate (the fraction of sequences with at least one wrong read bit) of each "
+      f"flip-flop model, trained on FFL(0.8) up to {spec.train_max} "
       f"instructions, on {examples} fresh sequences per cell (resolution "
       f"{condition_scores.resolution(examples):.4f}); median [min-max] over seeds. The "
       "per-read error rates are in results.json."))

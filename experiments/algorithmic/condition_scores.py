@@ -2,8 +2,8 @@
 
 A study trains each model on one distribution of its task; some published claims are about the
 same model on another one. Flip-flop language modelling (Liu et al. 2023, arXiv:2306.00946)
-trains with ignore probability 0.8 (FFL(0.8)) and measures *glitches* under sparse (FFL(0.98):
-long gaps between a write and its read) and dense (FFL(0.1)) sequences; Golovneva et al. 2024
+trains with ignore probability 0.8 (FFL(0.8)) and tests for *glitches*, wrong reads, under sparse
+(FFL(0.98): long gaps between a write and its read) and dense (FFL(0.1)) sequences; Golovneva et al. 2024
 (arXiv:2405.18719) compare CoPE with RoPE and absolute positions on them.
 
 A :class:`Condition` names task options (``{"ignore_prob": 0.98}``); :func:`condition_scores`
@@ -11,7 +11,7 @@ tests one model under each condition at each size with ``examples`` fresh exampl
 ``0..k-1``) and returns two error rates per cell:
 
 * ``sequence_error``: the fraction of examples with at least one wrong scored byte (1 - exact
-  match): Liu et al.'s glitch rate counts a sequence with any wrong read as a failure;
+  match): for flip-flop, the sequences with at least one wrong read (a glitch);
 * ``token_error``: the fraction of all scored bytes (flip-flop: read bits) that are wrong.
 
 With n examples a cell resolves a rate of 1/n; :func:`resolution` states it beside the table,
