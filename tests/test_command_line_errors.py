@@ -269,6 +269,21 @@ class RealCommandLineTest(parameterized.TestCase):
         self.assertNotIn("Traceback", proc.stderr)
         self.assertEqual(os.listdir(cwd), [])
 
+  def test_a_study_module_runs_launch_py_of_the_checkout(self):
+    # python -m experiments.<study> hands its flags to <root>/launch.py (run_as_launch); the
+    # doc test runs study commands in-process, so this real process is what catches a broken
+    # path (broken from the experiments/study split until 2026-12-06: every study's python -m
+    # failed with FileNotFoundError).
+    from experiments.study import study_options  # pylint: disable=g-import-not-at-top
+    self.assertEqual(study_options.launch_script(), ROOT / "launch.py")
+    cwd = self.create_tempdir().full_path
+    proc = _real(["--setps=2"], cwd=cwd, command=(sys.executable, "-m", "experiments.gallery"),
+                 pythonpath=str(ROOT))
+    self.assertEqual((proc.returncode, proc.stderr), (2, "launch.py: error: --setps=2: no such "
+                                                          "flag (did you mean --steps?); --help "
+                                                          "lists them\n"))
+    self.assertEqual(os.listdir(cwd), [])
+
   @pytest.mark.slow
   def test_installed_package_runs_outside_the_checkout(self):
     scratch = pathlib.Path(self.create_tempdir().full_path)

@@ -128,12 +128,17 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   return config
 
 
+def launch_script() -> pathlib.Path:
+  """The checkout's ``launch.py`` (this file is ``<root>/experiments/study/study_options.py``)."""
+  return pathlib.Path(__file__).resolve().parents[2] / "launch.py"
+
+
 def run_as_launch(name: str) -> None:
   """``python -m experiments.<name> [flags]`` = ``python launch.py --study=<name> [flags]``."""
   import runpy  # pylint: disable=g-import-not-at-top
-  root = pathlib.Path(__file__).resolve().parents[1]
-  sys.argv = [str(root / "launch.py"), f"--study={name}"] + sys.argv[1:]
-  runpy.run_path(str(root / "launch.py"), run_name="__main__")
+  script = launch_script()
+  sys.argv = [str(script), f"--study={name}"] + sys.argv[1:]
+  runpy.run_path(str(script), run_name="__main__")
 
 
 def apply_overrides(config: ml_collections.ConfigDict,
