@@ -95,9 +95,11 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
   :func:`model_progress`.
 
   The estimate gives each unfinished model the median one-core time of the finished models of
-  its task (of all tasks while its task has fewer than :data:`TASK_MEDIAN_MIN`), less the time
-  already spent on it, spread over ``cores`` processes (one shard each). It is rough: a model
-  that needs a second run takes about three times one that fits early.
+  its own variant on its task (a variant's cost predicts its other seeds best: randomized LieRE
+  takes ~10x the task's median), else of its task (of all tasks while its task has fewer than
+  :data:`TASK_MEDIAN_MIN`), less the time already spent on it, spread over ``cores`` processes
+  (one shard each). It is rough: a model that needs a second run takes about three times one
+  that fits early.
 
   ``tasks`` holds, per task, the finished models so far: how many fit, their median one-core
   minutes (both runs), and the OOD accuracy of the plain and the randomized variants that fit
@@ -111,16 +113,19 @@ def progress_summary(models: Sequence[ModelProgress], *, cores: int) -> Dict[str
   started = sum(m.seconds for m in models if m.state in ("training", "second run")) / 60.0
   median = float(np.median(minutes)) if minutes else None
   by_task: Dict[str, List[float]] = {}
+  by_variant: Dict[tuple, List[float]] = {}
   for m in finished:
     by_task.setdefault(m.task, []).append(m.seconds / 60.0)
+    by_variant.setdefault((m.task, m.variant), []).append(m.seconds / 60.0)
   estimate = None
   if median is not None:
     estimate = 0.0
     for m in models:
       if m.state in ("done", "not evaluated"):
         continue
-      own = by_task.get(m.task, [])
-      expected = float(np.median(own)) if len(own) >= TASK_MEDIAN_MIN else median
+      own, task = by_variant.get((m.task, m.variant), []), by_task.get(m.task, [])
+      expected = (float(np.median(own)) if own else
+                  float(np.median(task)) if len(task) >= TASK_MEDIAN_MIN else median)
       estimate += max(0.0, expected - m.seconds / 60.0)
   by_seed: Dict[int, List[int]] = {}
   for m in models:
@@ -181,7 +186,8 @@ def progress_lines(study: str, summary: Mapping[str, Any], runs_dir: pathlib.Pat
     lines.append("  left: no estimate until a model has finished")
   elif s["done"] < s["models"]:
     lines.append(f"  left: about {s['left_one_core_minutes']:.0f} one-core min at the median "
-                 f"per task, {s['left_hours']:.1f} h as {s['cores']} shard(s) on "
+                 f"of each model's variant (else task), {s['left_hours']:.1f} h as "
+                 f"{s['cores']} shard(s) on "
                  f"{s['cores']} core(s)")
   for m in s["running"]:
     lines.append(f"  unfinished: {m['label']} ({m['state']}) at step {m['step']} of {m['cap']}, "

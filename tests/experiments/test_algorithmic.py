@@ -581,6 +581,20 @@ class ProgressTest(absltest.TestCase):
         self.base, self.settings, runs_dir=self.runs, shard=(1, 2))],
                      ["copy-alibi-s0", "copy-alibi-s1"])
 
+  def test_a_slow_variant_is_estimated_by_its_own_finished_seeds(self):
+    done = lambda task, variant, seed, minutes: sweep_progress.ModelProgress(
+        f"{task}-{variant}-s{seed}", seed, "done", minutes * 60.0, task=task, variant=variant)
+    left = lambda task, variant, seed, minutes=0.0: sweep_progress.ModelProgress(
+        f"{task}-{variant}-s{seed}", seed, "not started", minutes * 60.0, task=task,
+        variant=variant)
+    models = [done("copy", "rope", s, 2.0) for s in range(3)] + [
+        done("copy", "liere", 0, 30.0), left("copy", "liere", 1, minutes=5.0),
+        left("copy", "rope", 3), left("reverse", "rope", 0)]
+    s = sweep_progress.progress_summary(models, cores=1)
+    # LieRE s1: its variant's 30 min less the 5 spent (the task's median would say 2); rope s3:
+    # its variant's 2 min; reverse: nothing of its variant or task finished, the median of all.
+    self.assertAlmostEqual(s["left_one_core_minutes"], 25.0 + 2.0 + 2.0)
+
   def test_a_second_run_that_finished_makes_the_model_done_with_both_times(self):
     recipe, rescue = self.settings.recipe, self.settings.rescue_recipe
     self._finished("copy-rope-s0", recipe, fit=False, seconds=100.0)
