@@ -25,7 +25,9 @@ it is reported for the leaderboard.
 Tasks (:mod:`pejax.data.flip_flop`, :mod:`pejax.data.associative_recall`,
 :mod:`pejax.data.cope_tasks`): flip_flop (n instructions, ignore probability 0.8 = FFL(0.8)),
 mqar (n key-value pairs, every key queried), selective_copy (n input bytes), count_symbol (n
-input bytes), count_increments (n statements over 3 variables, as the authors' runs).
+input bytes), count_increments (n statements over 3 variables, as the authors' runs; longer
+programs also hold larger counts, up to the cap of 10, than the training programs usually do, so
+its OOD sizes test longer contexts and larger answers together).
 
 References:
   Liu et al., "Exposing Attention Glitches with Flip-Flop Language Modeling", NeurIPS 2023,
