@@ -346,10 +346,17 @@ class PositionalEncoding(nnx.Module):
 
   @classmethod
   def overrides(cls, hook: str) -> bool:
-    """Whether this PE class overrides the interface hook ``hook`` (one of ``embed``, ``rotate``,
-    ``bias``, ``kernel_bias``, ``content_bias``, ``features``, ``logits``, ``attend``): what
-    the ``has_*`` properties below ask of an instance, answered from the class (the studies
-    ask it of registered names, without building a PE).
+    """Whether this PE class overrides one interface hook: what the ``has_*`` properties below
+    ask of an instance, answered from the class (the studies ask it of registered names,
+    without building a PE).
+
+    Args:
+      hook: one of ``embed``, ``rotate``, ``bias``, ``kernel_bias``, ``content_bias``,
+        ``features``, ``logits``, ``attend``.
+
+    Returns:
+      ``True`` when the class defines its own ``hook`` (or inherits one from a PE class other
+      than :class:`PositionalEncoding`).
 
     Raises:
       ValueError: for a name that is not a hook.
