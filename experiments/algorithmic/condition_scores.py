@@ -56,22 +56,18 @@ class Condition:
 def condition_batch(task: str, rng: np.random.Generator, *, size: int, examples: int,
                     options: Mapping[str, Any]) -> Dict[str, np.ndarray]:
   """``examples`` examples of ``task`` at ``size`` under ``options``, encoded at the test row of
-  that size (positions ``0..L-1``).
+  that size (positions ``0..L-1``): :func:`convergence.task_batch` with the task's options.
 
   Raises:
-    ValueError: for an option the task does not accept, or a size whose text does not fit.
+    ValueError: for an option the task does not accept, or a size whose text does not fit
+      (:func:`pejax.data.synthetic.resolve_size_range`).
   """
   from pejax.data import synthetic  # pylint: disable=g-import-not-at-top
-  from pejax.data import synthetic_example  # pylint: disable=g-import-not-at-top
-  spec = synthetic.get_task(task)
-  unknown = sorted(set(options) - set(spec.option_names))
-  if unknown:
-    raise ValueError(f"task {task!r} accepts options {list(spec.option_names)}, got {unknown}")
   row_len = sweep.test_row_len(task, size)
-  batch = synthetic_example.encode_examples(
-      [spec.generate(rng, int(size), **options) for _ in range(examples)], seq_len=row_len)
-  batch["positions"] = np.tile(np.arange(row_len, dtype=np.int32), (examples, 1))
-  return batch
+  synthetic.resolve_size_range(task, seq_len=row_len, min_size=size, max_size=size, **options)
+  return convergence.task_batch(task, rng, batch_size=examples, row_len=row_len, min_size=size,
+                                max_size=size, train_len=row_len, max_position=None,
+                                sizes=[size] * examples, options=options)
 
 
 def error_rates(model, batch: Mapping[str, np.ndarray]) -> Dict[str, float]:

@@ -151,8 +151,10 @@ def sampled_positions(rng: np.random.Generator, lengths: Sequence[int], *, row_l
 
 def task_batch(task: str, rng: np.random.Generator, *, batch_size: int, row_len: int,
                min_size: int, max_size: int, train_len: int, max_position: Optional[int],
-               sizes: Optional[Sequence[int]] = None) -> Dict[str, np.ndarray]:
-  """A batch of ``task`` (sizes uniform in ``[min_size, max_size]``, or exactly ``sizes``).
+               sizes: Optional[Sequence[int]] = None,
+               options: Optional[Mapping[str, Any]] = None) -> Dict[str, np.ndarray]:
+  """A batch of ``task`` (sizes uniform in ``[min_size, max_size]``, or exactly ``sizes``;
+  ``options``: keyword options of the task's generator, e.g. flip-flop's ``ignore_prob``).
 
   Returns:
     The arrays of :func:`pejax.data.synthetic_example.encode_examples` with ``positions``
@@ -163,7 +165,7 @@ def task_batch(task: str, rng: np.random.Generator, *, batch_size: int, row_len:
   if sizes is None:
     sizes = rng.integers(min_size, max_size + 1, size=batch_size)
   spec = data_lib.synthetic.get_task(task)
-  examples = [spec.generate(rng, int(s)) for s in sizes]
+  examples = [spec.generate(rng, int(s), **(options or {})) for s in sizes]
   batch = synthetic_example.encode_examples(examples, seq_len=row_len)
   batch["positions"] = sampled_positions(rng, [len(e.text) - 1 for e in examples],
                                          row_len=row_len, train_len=train_len,

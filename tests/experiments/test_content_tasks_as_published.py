@@ -128,7 +128,7 @@ class ErrorRatesTest(absltest.TestCase):
     self.assertLess(sparse["loss_mask"].sum(), dense["loss_mask"].sum() / 10)
     self.assertEqual(sparse["positions"].shape, sparse["inputs"].shape)
     with self.assertRaisesRegex(ValueError, r"task 'flip_flop' accepts options \['ignore_prob'\], "
-                                r"got \['density'\]"):
+                                r"got unknown \['density'\]"):
       condition_scores.condition_batch("flip_flop", rng, size=4, examples=1,
                                        options={"density": 0.5})
 
