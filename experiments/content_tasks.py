@@ -39,6 +39,7 @@ References:
 from __future__ import annotations
 
 import pathlib
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import ml_collections
@@ -206,6 +207,32 @@ def glitch_rates(base: ml_collections.ConfigDict, settings: sweep.Settings, outc
   return out
 
 
+def glitch_measurement(examples: int, *, log: Callable[[str], None] = print
+                       ) -> Callable[..., None]:
+  """The per-model hook of :func:`~experiments.algorithmic.suite_study.run_study`: measures a
+  flip-flop model's glitch rates (cached in its ``conditions.json``) right after it is
+  evaluated, while its weights exist. A run in shards, or over several sessions on machines
+  that do not keep the weights, thus leaves every model's glitch record in git for the report.
+  Other tasks, and models whose weights were not kept, are left alone."""
+
+  def measure(outcome, config: ml_collections.ConfigDict, spec: sweep.TaskSpec) -> None:
+    if spec.name != "flip_flop":
+      return
+    if not (pathlib.Path(outcome.fit.run_dir) / convergence.PARAMS_FILE).exists():
+      return
+    started = time.time()
+    scores = condition_scores.condition_scores(
+        outcome.fit, config, spec, GLITCH_CONDITIONS, sizes=glitch_sizes(spec),
+        examples=examples)
+    worst = max(cell["sequence_error"] for by_size in scores.values()
+                for cell in by_size.values())
+    log(f"flip_flop {outcome.variant} seed {outcome.seed}: glitch rates recorded "
+        f"({len(GLITCH_CONDITIONS)} conditions x {len(glitch_sizes(spec))} sizes x {examples} "
+        f"sequences; worst sequence error {worst:.4f}; {time.time() - started:.0f}s)")
+
+  return measure
+
+
 def glitch_spreads(rates: Mapping[str, Any], condition: str, size: int, *,
                    key: str = "sequence_error") -> Dict[str, Dict[str, Any]]:
   """``{variant: spread over seeds}`` of one error rate in one cell (unmeasured seeds left out)."""
@@ -297,7 +324,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Setting
   return suite_study.run_study(
       options, study=STUDY, title="Flip-flop, associative recall, selective copy and counting",
       base=base, settings=settings, family="content tasks", verdicts=verdicts, extra=glitches,
-      log=log)
+      after_model=glitch_measurement(examples, log=log), log=log)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,8 @@ def fit_arguments(settings: sweep.Settings, spec: sweep.TaskSpec, randomized: bo
 
 def run_models(base: ml_collections.ConfigDict, settings: sweep.Settings, *,
                runs_dir: pathlib.Path, log: Callable[[str], None] = print,
-               shard: tuple = ()) -> Dict[tuple, Outcome]:
+               shard: tuple = (), after_model: Optional[Callable[..., None]] = None
+               ) -> Dict[tuple, Outcome]:
   """Trains (or reuses) and evaluates every (task, variant, seed).
 
   With ``settings.trains_together`` (``Settings.batched``: by default on an accelerator) the
@@ -91,6 +92,11 @@ def run_models(base: ml_collections.ConfigDict, settings: sweep.Settings, *,
     log: one line per model.
     shard: ``(index, count)``: only the models whose position in the seed-major order is
       ``index`` modulo ``count`` (``StudyOptions.shard``); ``()``: every model.
+    after_model: optional ``after_model(outcome, config, spec)``, called once per model right
+      after it is evaluated: measurements that need the model's weights, which are not kept in
+      git, so that a shard trained on another machine (or in an earlier session) has taken
+      them before its weights are gone (e.g. the flip-flop glitch rates of ``content_tasks``,
+      cached beside the model's records).
 
   Returns:
     ``(task, variant, seed) -> Outcome`` (the shard's models only, with ``shard``).
@@ -121,6 +127,8 @@ def run_models(base: ml_collections.ConfigDict, settings: sweep.Settings, *,
       agg = scoring.aggregate(evals[protocol], spec)
       outcome = Outcome(spec.name, variant, seed, fit, evals, protocol, agg, first=first)
       out[(spec.name, variant, seed)] = outcome
+      if after_model is not None:
+        after_model(outcome, config, spec)
       done += 1
       how = "reused" if fit.reused else f"{outcome.train_seconds:.0f}s"
       status = (f"fit at step {fit.steps_to_fit}" if fit.fit else

@@ -44,14 +44,16 @@ def run_progress(base: ml_collections.ConfigDict, settings: sweep.Settings, *, s
 
 
 def run_shard(base: ml_collections.ConfigDict, settings: sweep.Settings, *, study: str,
-              shard: tuple, runs_dir: pathlib.Path, log: Callable[[str], None] = print
-              ) -> Dict[str, Any]:
-  """Trains and evaluates one shard's models (``StudyOptions.shard``); writes no report.
+              shard: tuple, runs_dir: pathlib.Path, log: Callable[[str], None] = print,
+              after_model: Optional[Callable[..., None]] = None) -> Dict[str, Any]:
+  """Trains and evaluates one shard's models (``StudyOptions.shard``), with ``after_model``
+  (:func:`~experiments.algorithmic.model_runs.run_models`) on each; writes no report.
 
   Returns:
     ``{"shard": [index, count], "models": number of models of the shard}``.
   """
-  outcomes = model_runs.run_models(base, settings, runs_dir=runs_dir, log=log, shard=shard)
+  outcomes = model_runs.run_models(base, settings, runs_dir=runs_dir, log=log, shard=shard,
+                                   after_model=after_model)
   log(f"{study}: shard {shard[0]}/{shard[1]} done, {len(outcomes)} models in {runs_dir}; no "
       "report: the same command without --shard reuses every model and writes it")
   return {"shard": list(shard), "models": len(outcomes)}
@@ -59,7 +61,9 @@ def run_shard(base: ml_collections.ConfigDict, settings: sweep.Settings, *, stud
 
 def run_without_report(options: study_options.StudyOptions, base: ml_collections.ConfigDict,
                        settings: sweep.Settings, *, study: str, runs_dir: pathlib.Path,
-                       log: Callable[[str], None] = print) -> Optional[Dict[str, Any]]:
+                       log: Callable[[str], None] = print,
+                       after_model: Optional[Callable[..., None]] = None
+                       ) -> Optional[Dict[str, Any]]:
   """``--progress`` (:func:`run_progress`) or ``--shard`` (:func:`run_shard`): their results;
   ``None`` for a complete run, which trains every model and writes the report."""
   if options.progress:
@@ -67,7 +71,7 @@ def run_without_report(options: study_options.StudyOptions, base: ml_collections
                         log=log)
   if options.shard:
     return run_shard(base, settings, study=study, shard=options.shard, runs_dir=runs_dir,
-                     log=log)
+                     log=log, after_model=after_model)
   return None
 
 
@@ -75,6 +79,7 @@ def run_study(options: study_options.StudyOptions, *, study: str, title: str,
               base: ml_collections.ConfigDict, settings: sweep.Settings, family: str,
               verdicts: Callable[..., List[expectations.Verdict]],
               extra: Optional[Callable[..., Dict[str, Any]]] = None,
+              after_model: Optional[Callable[..., None]] = None,
               log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains and tests every model of ``settings``, then writes the report of one study.
 
@@ -88,6 +93,8 @@ def run_study(options: study_options.StudyOptions, *, study: str, title: str,
     verdicts: ``verdicts(summary, settings, outcomes) -> [Verdict]``.
     extra: optional ``extra(report, summary, settings, outcomes) -> dict`` adding sections
       (called after the common ones) and returning results to store.
+    after_model: optional per-model measurement while its weights exist
+      (:func:`~experiments.algorithmic.model_runs.run_models`), in shards and complete runs.
     log: progress lines.
 
   Returns:
@@ -104,10 +111,12 @@ def run_study(options: study_options.StudyOptions, *, study: str, title: str,
   log(f"{study}: {len(settings.tasks)} tasks x {len(settings.variants)} variants x "
       f"{len(settings.seeds)} seeds, to >= {settings.recipe.fit_threshold:g} in-distribution "
       f"or {settings.recipe.max_steps} steps; models in {runs_dir}")
-  partial = run_without_report(options, base, settings, study=study, runs_dir=runs_dir, log=log)
+  partial = run_without_report(options, base, settings, study=study, runs_dir=runs_dir, log=log,
+                               after_model=after_model)
   if partial is not None:
     return partial
-  outcomes = model_runs.run_models(base, settings, runs_dir=runs_dir, log=log)
+  outcomes = model_runs.run_models(base, settings, runs_dir=runs_dir, log=log,
+                                   after_model=after_model)
   summary = seed_summary.summaries(settings, outcomes)
   report = report_sections.report_for(title, study=study, options=options, settings=settings)
   report.started = started  # The header's wall time covers the training.

@@ -178,6 +178,40 @@ class TinyRunTest(absltest.TestCase):
     again = json.loads((tmp / "r" / "results.json").read_text())["results"]
     self.assertEqual(again["flip_flop_glitches"], glitches)
 
+  @pytest.mark.slow
+  def test_shards_record_glitches_before_their_weights_are_gone(self):
+    # Each shard measures its flip-flop models' glitch rates as it trains them, so the report,
+    # written later from records without weights (another machine), still has every model's.
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    tiny = {"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
+            "data.batch_size": 4, "optim.warmup_steps": 1}
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("flip_flop", 4, (5, 8), train_min=2),), variants=("rope", "cope"),
+        seeds=(0,), recipe=convergence.Recipe(max_steps=2, check_every=2, check_examples=4),
+        examples=2)
+    lines = []
+    for index in (0, 1):
+      options = study_options.StudyOptions(quick=True, workdir=str(tmp / "r"),
+                                          runs_dir=str(tmp / "m"), overrides=tiny, command="t",
+                                          shard=(index, 2))
+      content_tasks.run(options, settings=settings, log=lines.append)
+    self.assertFalse((tmp / "r" / "results.json").exists())  # Shards write no report.
+    self.assertLen(list((tmp / "m").rglob(condition_scores.CONDITIONS_FILE)), 2)
+    self.assertLen([x for x in lines if "glitch rates recorded" in x], 2)
+    for params in (tmp / "m").rglob(convergence.PARAMS_FILE):
+      params.unlink()
+    lines.clear()
+    options = study_options.StudyOptions(quick=True, workdir=str(tmp / "r"),
+                                        runs_dir=str(tmp / "m"), overrides=tiny, command="t")
+    content_tasks.run(options, settings=settings, log=lines.append)
+    by_variant = json.loads((tmp / "r" / "results.json").read_text())["results"][
+        "flip_flop_glitches"]["by_variant"]
+    self.assertCountEqual(by_variant, ["rope", "cope"])
+    for variant in ("rope", "cope"):
+      cell = by_variant[variant]["0"][SPARSE]["8"]
+      self.assertEqual(cell["examples"], content_tasks.QUICK_GLITCH_EXAMPLES)
+    self.assertFalse([x for x in lines if "not measured" in x])
+
 
 if __name__ == "__main__":
   absltest.main()
