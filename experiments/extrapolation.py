@@ -16,7 +16,12 @@ protocols of the ALiBi paper (``nonoverlap`` windows and ``sliding`` windows wit
 A PE with a bounded table (a ``max_length``, e.g. the learned positions, sized L here) reports
 n/a past it.
 Writes ``report.md`` (tables, plots, expectation vs measured), ``results.json`` and
-``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--config.study.runs_dir``.
+``extrapolation_<protocol>.png`` into ``--workdir``; models go to ``--config.study.runs_dir``,
+by default ``<workdir>/models``, where git keeps each model's records (``config.json``,
+``status.json``, ``metrics.jsonl``, its cached evaluation) but not its checkpoints
+(``.gitignore``). A finished model is reused from those records, so a run too long for one
+session is committed in parts and resumes on any clone; ``--shard=I/N`` trains every N-th model
+(no report), ``--pes`` a subset.
 
 References:
   Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import ml_collections
@@ -43,6 +49,7 @@ from pejax import runtime_env
 from pejax.eval import report as eval_report
 
 STUDY = "extrapolation"
+STUDY_FLAGS = ("--pes", "--shard")  # A subset of the PEs; every N-th model (no report).
 MODES = ("nonoverlap", "sliding")
 # The encodings of the ALiBi paper's comparison (its Fig. 1): its claims are about these.
 PRESS_PES = ("sinusoidal", "rope", "t5", "alibi")
@@ -124,6 +131,19 @@ def study_pes(base: ml_collections.ConfigDict) -> tuple:
   return pe_capabilities.runnable_pes(base)
 
 
+def select_pes(available: Sequence[str], chosen: Sequence[str]) -> tuple:
+  """``chosen`` (``--pes``) in the study's order, or every one of ``available`` when empty.
+
+  Raises:
+    study_options.StudyOptionError: naming the PEs the study cannot run.
+  """
+  unknown = [p for p in chosen if p not in available]
+  if unknown:
+    raise study_options.StudyOptionError(
+        f"--pes: {', '.join(unknown)} not among this study's PEs ({', '.join(available)})")
+  return tuple(p for p in available if p in chosen) if chosen else tuple(available)
+
+
 def bounded_pes(base: ml_collections.ConfigDict, pes: Sequence[str]) -> Dict[str, int]:
   """``pe -> max_length`` for the PEs whose model in this study has a bounded table.
 
@@ -158,6 +178,11 @@ def evaluate_run(info: trained_runs.RunInfo, config: ml_collections.ConfigDict, 
   from pejax import eval as eval_lib  # pylint: disable=g-import-not-at-top
 
   def compute():
+    if not (info.run_dir / "checkpoints").is_dir():
+      raise FileNotFoundError(
+          f"{info.run_dir}: its evaluation for {key} is not recorded and its weights were not "
+          "kept (git keeps a model's records, not its checkpoints): delete the directory to "
+          "train the model again")
     model = trained_runs.load_model(info.run_dir, config)
     max_length = pe_capabilities.pe_max_length(config)  # A bounded (learned) table: n/a past it.
     results = eval_lib.perplexity_at_lengths(
@@ -543,29 +568,40 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
   base = base_config(options)
   settings = settings or settings_for(options, base)
   if not settings.pes:
-    settings = dataclasses.replace(settings, pes=study_pes(base))
-  runs_dir = options.models_dir(STUDY)
+    settings = dataclasses.replace(settings, pes=select_pes(study_pes(base), options.pes))
+  runs_dir = options.kept_models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   report = markdown_report.Report("Length extrapolation of positional encodings", study=STUDY,
                                options=options)
   report.models_per_arm(len(settings.seeds))
+  models = [(pe, seed) for pe in settings.pes for seed in settings.seeds]
+  if options.shard:
+    models = models[options.shard[0]::options.shard[1]]
   log(f"{STUDY}: {len(settings.pes)} PEs x {len(settings.seeds)} seeds, L={settings.train_len}, "
-      f"{settings.steps} steps, eval {settings.lengths}; models in {runs_dir}")
+      f"{settings.steps} steps, eval {settings.lengths}; models in {runs_dir}"
+      + (f"; shard {options.shard[0]}/{options.shard[1]}: {len(models)} models" if options.shard
+         else ""))
   per_seed: Dict[str, List[list]] = {}
   runs: Dict[str, List[trained_runs.RunInfo]] = {}
-  for pe in settings.pes:
-    for seed in settings.seeds:
-      config = pe_config(base, pe, seed)
-      info = trained_runs.train_run(config, runs_dir=runs_dir, log=log)
-      rows = evaluate_run(info, config, lengths=settings.lengths, modes=MODES,
-                          eval_tokens=settings.eval_tokens, log=log)
-      per_seed.setdefault(pe, []).append(rows)
-      runs.setdefault(pe, []).append(info)
-      longest = [r for r in rows if r["length"] == settings.lengths[-1] and r["status"] == "ok"]
-      at_train_len = [r for r in rows if r["length"] == settings.train_len][0]
-      log(f"  {pe} seed {seed}: ppl at L {table_cells.fmt(at_train_len['perplexity'])}"
-          + (f", at {settings.lengths[-1]} {table_cells.fmt(longest[0]['perplexity'])}"
-             if longest else ""))
+  started = time.time()
+  for done, (pe, seed) in enumerate(models, 1):
+    config = pe_config(base, pe, seed)
+    info = trained_runs.train_run(config, runs_dir=runs_dir, log=log, weights=False)
+    rows = evaluate_run(info, config, lengths=settings.lengths, modes=MODES,
+                        eval_tokens=settings.eval_tokens, log=log)
+    per_seed.setdefault(pe, []).append(rows)
+    runs.setdefault(pe, []).append(info)
+    longest = [r for r in rows if r["length"] == settings.lengths[-1] and r["status"] == "ok"]
+    at_train_len = [r for r in rows if r["length"] == settings.train_len][0]
+    log(f"[{done}/{len(models)}] {pe} seed {seed}: ppl at L "
+        f"{table_cells.fmt(at_train_len['perplexity'])}"
+        + (f", at {settings.lengths[-1]} {table_cells.fmt(longest[0]['perplexity'])}"
+           if longest else "") + f" ({(time.time() - started) / 60:.1f} min so far)")
+  if options.shard:
+    log(f"{STUDY}: shard {options.shard[0]}/{options.shard[1]} done, {len(models)} models in "
+        f"{runs_dir}; no report: the same command without --shard reuses every model and "
+        "writes it")
+    return {"shard": list(options.shard), "models": len(models)}
   summary = summarize(per_seed)
   report.add_runs([r for infos in runs.values() for r in infos])
   max_len = settings.lengths[-1]

@@ -33,6 +33,23 @@ def config_file(name: str) -> str:
   return rel if not rel.startswith("..") else path
 
 
+# The flags of the studies that sweep PE variants and train many models (the algorithmic
+# studies, ``SELECTS_PES = True``); another study declares those it takes in ``STUDY_FLAGS``.
+SWEEP_FLAGS = ("--pes", "--shard", "--progress", "--config.study.batched")
+
+
+def study_flags(module: Any) -> tuple:
+  """The sweep flags (:data:`SWEEP_FLAGS`) a study module takes."""
+  default = SWEEP_FLAGS if getattr(module, "SELECTS_PES", False) else ()
+  return tuple(getattr(module, "STUDY_FLAGS", default))
+
+
+def studies_taking(flag: str) -> list[str]:
+  """The registered studies that take ``flag`` (imports each study's module)."""
+  return [n for n in study_names()
+          if flag in study_flags(importlib.import_module(f"experiments.{n}"))]
+
+
 _BATCHED = {"": None, "auto": None, "on": True, "true": True, "off": False, "false": False}
 
 
@@ -99,10 +116,9 @@ def run_study(config, overrides: Dict[str, Any], origins: Dict[str, str]) -> Non
   module = importlib.import_module(f"experiments.{name}")
   for flag, value in (("--pes", pes), ("--shard", shard), ("--progress", progress),
                       ("--config.study.batched", batched is not None)):
-    if value and not getattr(module, "SELECTS_PES", False):
-      raise cli.CommandLineError(f"{flag} only applies to the studies that sweep PE variants "
-                                 f"(length_generalization, ruoss_suite, kazemnejad_suite, "
-                                 f"content_tasks), not --study={name}")
+    if value and flag not in study_flags(module):
+      raise cli.CommandLineError(f"{flag} only applies to the studies "
+                                 f"{', '.join(studies_taking(flag))}, not --study={name}")
   try:
     module.run(options)
   except study_options.StudyOptionError as e:

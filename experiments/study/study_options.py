@@ -30,13 +30,13 @@ class StudyOptions:
     quick: the few-minute variant.
     workdir: report directory; empty means ``runs/<study>``.
     runs_dir: directory of the trained models; empty means ``runs/<study>`` (the convergence
-      studies: ``<report dir>/models``, see :meth:`kept_models_dir`).
+      studies and extrapolation: ``<report dir>/models``, see :meth:`kept_models_dir`).
     seeds: seeds to train; empty means the study's default for the mode.
     pes: PE variants to run (labels such as ``"rope"``, ``"rope+randomized"``); empty means the
       study's own list (studies that sweep PEs by capability; a subset for partial runs).
     steps: training steps of the base models; 0 means the study's default for the mode.
-    shard: ``(index, count)``: an algorithmic study trains only the models whose position in
-      its seed-major order is ``index`` modulo ``count`` and writes no report (``count``
+    shard: ``(index, count)``: an algorithmic study (or extrapolation) trains only the models
+      whose position in its order is ``index`` modulo ``count`` and writes no report (``count``
       processes, e.g. one per core, share one runs directory; the complete command then reuses
       every model and writes the report); ``()`` means every model and the report.
     progress: an algorithmic study prints how far its run is (models done, one-core minutes,
@@ -116,11 +116,11 @@ def study_config(name: str) -> ml_collections.ConfigDict:
   config.study.quick = False  # The few-minute variant (fewer seeds, steps and lengths).
   config.study.seeds = ""  # Comma-separated seeds; empty means the study's default.
   config.study.pes = ""  # Comma-separated PE variants (e.g. rope,alibi,rope+randomized) of the
-  # algorithmic studies (alias --pes); empty means every variant the study sweeps.
+  # algorithmic studies and extrapolation (alias --pes); empty means every variant it sweeps.
   config.study.runs_dir = ""  # Directory of the trained models; empty means runs/<study>
-  # (convergence studies: <workdir>/models).
-  config.study.shard = ""  # "I/N" (alias --shard): an algorithmic study trains every N-th model
-  # from the I-th and writes no report; empty means every model and the report.
+  # (convergence studies and extrapolation: <workdir>/models).
+  config.study.shard = ""  # "I/N" (alias --shard): an algorithmic study or extrapolation trains
+  # every N-th model from the I-th and writes no report; empty means every model and the report.
   config.study.progress = False  # (alias --progress): an algorithmic study prints how far its
   # run is, from the records in its models directory, and trains nothing.
   config.study.batched = ""  # Algorithmic studies: "on" trains the seeds of a (task, variant)

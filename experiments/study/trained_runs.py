@@ -62,9 +62,24 @@ def run_dir_for(config: ml_collections.ConfigDict, runs_dir: os.PathLike | str) 
   return pathlib.Path(runs_dir) / run_directory.default_workdir(config).name
 
 
-def is_trained(run_dir: os.PathLike | str, steps: int) -> bool:
-  """Whether ``run_dir`` holds the checkpoint of its final step."""
-  return (pathlib.Path(run_dir) / "checkpoints" / str(int(steps))).is_dir()
+def is_trained(run_dir: os.PathLike | str, steps: int, *, weights: bool = True) -> bool:
+  """Whether ``run_dir`` holds a finished run of ``steps`` steps.
+
+  Args:
+    run_dir: the run directory.
+    steps: its final step.
+    weights: require the checkpoint of the final step (a study that loads the model); ``False``
+      also accepts the run's records alone, a ``status.json`` that says finished (a study that
+      keeps its models' records in git, not their weights, and reads only cached evaluations).
+  """
+  run_dir = pathlib.Path(run_dir)
+  if (run_dir / "checkpoints" / str(int(steps))).is_dir():
+    return True
+  if weights or not (run_dir / "status.json").exists():
+    return False
+  from pejax.train import run_directory  # pylint: disable=g-import-not-at-top
+  # ``train.steps`` is part of the directory's name (:func:`run_dir_for`): finished is enough.
+  return run_directory.is_finished(run_dir)
 
 
 def final_losses(run_dir: os.PathLike | str) -> Dict[str, Optional[float]]:
@@ -145,7 +160,8 @@ def load_corpus(data_name: str):
 
 def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
               reuse_dirs: Sequence[os.PathLike | str] = (),
-              log: Callable[[str], None] = print, quiet: bool = False) -> RunInfo:
+              log: Callable[[str], None] = print, quiet: bool = False,
+              weights: bool = True) -> RunInfo:
   """Trains ``config`` under ``runs_dir`` unless a finished identical run exists.
 
   Looks for the run directory (:func:`run_dir_for`) in ``runs_dir`` and then ``reuse_dirs``; a
@@ -159,6 +175,8 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
     reuse_dirs: other studies' run directories to look in first-come.
     log: receives one line per finished run (and the training progress unless ``quiet``).
     quiet: keep only the run's summary line, not the training progress.
+    weights: reuse a run only with its final checkpoint; ``False`` reuses a finished run from
+      its records alone (:func:`is_trained`), for a study that keeps its models' records in git.
 
   Returns:
     The :class:`RunInfo`.
@@ -168,7 +186,7 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
   steps = int(config.train.steps)
   for candidate in [runs_dir, *reuse_dirs]:
     run_dir = run_dir_for(config, candidate)
-    if is_trained(run_dir, steps):
+    if is_trained(run_dir, steps, weights=weights):
       info = _run_info(run_dir, config, steps, started, reused=True)
       log(f"reused {run_dir}: {describe_losses(info)}")
       return info

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
+import shutil
 
 from absl.testing import absltest
 import pytest
@@ -222,6 +224,53 @@ class SmokeTest(absltest.TestCase):
     learned = results["summary"]["learned"]["nonoverlap"]
     self.assertIsNotNone(learned[str(L)]["mean"])
     self.assertIsNone(learned[str(2 * L)]["mean"])  # Past the table: n/a, not a number.
+
+  @pytest.mark.slow
+  def test_shards_then_a_report_from_records_without_checkpoints(self):
+    # What git keeps of a model is its records (config, status, metrics, cached evaluation):
+    # a run split into shards, on machines that lose the checkpoints, still reports them all.
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
+    tiny = {"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+            "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
+            "optim.warmup_steps": 1}
+    settings = extrapolation.Settings(train_len=L, steps=2, seeds=(0, 1), multipliers=(1, 2),
+                                      eval_tokens=128)
+
+    def options(**kw):
+      return study_options.StudyOptions(quick=True, workdir=str(tmp / "report"), steps=2,
+                                        command="test", overrides=tiny, pes=("alibi", "rope"),
+                                        **kw)
+
+    lines = []
+    for index in (0, 1):
+      out = extrapolation.run(options(shard=(index, 2)), settings=settings, log=lines.append)
+      self.assertEqual(out, {"shard": [index, 2], "models": 2})
+    self.assertFalse((tmp / "report" / "results.json").exists())  # Shards write no report.
+    models = tmp / "report" / "models"  # The default: beside the report, where git keeps it.
+    self.assertLen(list(models.iterdir()), 4)
+    for checkpoints in list(models.glob("*/checkpoints")):
+      shutil.rmtree(checkpoints)
+    lines.clear()
+    results = extrapolation.run(options(), settings=settings, log=lines.append)
+    self.assertEqual([x for x in lines if x.startswith("trained ")], [])  # All reused.
+    self.assertEqual(list(results["settings"]["pes"]), ["alibi", "rope"])
+    for pe in ("alibi", "rope"):
+      cell = results["summary"][pe]["nonoverlap"][str(L)]
+      self.assertLen(cell["seeds"], 2)
+      self.assertTrue(all(v is not None and v > 1 for v in cell["seeds"]))
+    # A record whose cached evaluation does not match, without weights: a clear error.
+    other = dataclasses.replace(settings, eval_tokens=256)
+    with self.assertRaisesRegex(FileNotFoundError, "weights were not kept"):
+      extrapolation.run(options(), settings=other, log=lambda _: None)
+
+  def test_pes_outside_the_study_are_named(self):
+    with self.assertRaisesRegex(study_options.StudyOptionError,
+                                r"--pes: bogus not among this study's PEs \(alibi, "):
+      extrapolation.select_pes(("alibi", "rope"), ("rope", "bogus"))
+    self.assertEqual(extrapolation.select_pes(("alibi", "rope"), ("rope",)), ("rope",))
+    self.assertEqual(extrapolation.select_pes(("alibi", "rope"), ()), ("alibi", "rope"))
 
 
 if __name__ == "__main__":
