@@ -63,7 +63,7 @@ def model_order(base: ml_collections.ConfigDict, settings: sweep.Settings, *, sh
     order = order[shard[0]::shard[1]]
   return [(seed, spec, variant,
            sweep.variant_config(base, variant=variant, seed=seed,
-                                max_position=settings.position_range),
+                                max_position=settings.position_range_for(spec)),
            f"{spec.name}-{variant.replace('+', '_')}-s{seed}") for seed, spec, variant in order]
 
 
@@ -71,7 +71,7 @@ def fit_arguments(settings: sweep.Settings, spec: sweep.TaskSpec, randomized: bo
                                                                                             Any]:
   """The task arguments of :func:`convergence.train_to_fit` (and :func:`convergence.fit_key`)."""
   return {"task": spec.name, "train_sizes": (spec.train_min, spec.train_max),
-          "randomized": settings.position_range if randomized else None}
+          "randomized": settings.position_range_for(spec) if randomized else None}
 
 
 def run_models(base: ml_collections.ConfigDict, settings: sweep.Settings, *,

@@ -137,7 +137,9 @@ def setup_lines(base: ml_collections.ConfigDict, settings: sweep.Settings) -> Li
        f"{settings.position_range}) in training and at test (the paper's protocol); a bounded "
        f"table (learned positions) has {settings.position_range} rows"
        if any(sweep.parse_variant(v)[1] for v in settings.variants) else
-       f"- a bounded table (learned positions) has {settings.position_range} rows"),
+       f"- a bounded table (learned positions) has {settings.position_range} rows")
+      + "".join(f"; {t.name}: its own range, {t.max_position} (its rows are longer)"
+                for t in settings.tasks if t.max_position),
       f"- verdicts: a claim holds only when every seed of the expected winner is above every "
       f"seed of the expected loser (min-max ranges do not overlap) and the medians differ by "
       f">= {seed_comparison.MARGIN:g}, on the OOD accuracy every trained seed measured (fit or "

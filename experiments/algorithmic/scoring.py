@@ -121,7 +121,7 @@ def eval_key(result: convergence.FitResult, spec: sweep.TaskSpec, settings: swee
   """What the test accuracies of one trained model depend on (the key of its ``eval.json``)."""
   protocols = {"arange": None}
   if randomized:
-    protocols = {"sampled": settings.position_range, "arange": None}
+    protocols = {"sampled": settings.position_range_for(spec), "arange": None}
   key = {"sizes": list(spec.test_sizes), "examples": settings.examples,
          "protocols": protocols, "steps": result.steps, "version": 1}
   if settings.metric != "exact_match":  # (Exact-match records written before stay valid.)

@@ -44,12 +44,17 @@ class TaskSpec:
     test_sizes: sizes scored after training (training sizes among them give the
       in-distribution curve; larger ones are OOD).
     train_min: smallest training size.
+    max_position: this task's own position range (randomized positions, rows of a bounded
+      table); 0 means the study's (:attr:`Settings.position_range`). A task whose rows are much
+      longer than the others' gets its own, so that joining a study does not change the other
+      tasks' models (their configs, hence their records, stay the same).
   """
 
   name: str
   train_max: int
   test_sizes: tuple
   train_min: int = 1
+  max_position: int = 0
 
   def __post_init__(self):
     if self.train_max < self.train_min:
@@ -127,9 +132,16 @@ class Settings:
 
   @property
   def position_range(self) -> int:
+    """The study's position range: ``max_position``, else the longest test row of the tasks
+    without their own (of every task when all have one)."""
     if self.max_position:
       return int(self.max_position)
-    return max(test_row_len(t.name, max(t.test_sizes)) for t in self.tasks)
+    shared = [t for t in self.tasks if not t.max_position] or list(self.tasks)
+    return max(test_row_len(t.name, max(t.test_sizes)) for t in shared)
+
+  def position_range_for(self, spec: TaskSpec) -> int:
+    """``spec``'s own position range (``TaskSpec.max_position``), else the study's."""
+    return int(spec.max_position) if spec.max_position else self.position_range
 
 
 def parse_variant(variant: str) -> tuple:

@@ -4,6 +4,7 @@ and NoPE on selective copy and counting; flip-flop glitch rates under other task
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from unittest import mock
@@ -15,6 +16,7 @@ import pytest
 from experiments import content_tasks
 from experiments.algorithmic import condition_scores
 from experiments.algorithmic import convergence
+from experiments.algorithmic import model_runs
 from experiments.algorithmic import seed_summary
 from experiments.algorithmic import sweep
 from experiments.study import study_options
@@ -144,6 +146,30 @@ class ErrorRatesTest(absltest.TestCase):
       condition_scores.condition_scores(fake, None, SPEC, conditions, sizes=(), examples=2)
     with self.assertRaisesRegex(ValueError, "name of a Condition must be a non-empty str"):
       condition_scores.Condition("", {})
+
+
+class PositionRangeTest(absltest.TestCase):
+
+  def test_counting_has_its_own_range_and_leaves_the_other_tasks_models_alone(self):
+    options = study_options.StudyOptions()
+    base = content_tasks.base_config(options)
+    settings = content_tasks.settings_for(options, base)
+    ranges = {t.name: settings.position_range_for(t) for t in settings.tasks}
+    counting = ranges.pop("count_increments")
+    # The four tasks of the committed records keep the range (and configs) they were trained
+    # with; counting programs of 160 statements need their own, longer one.
+    self.assertEqual(set(ranges.values()), {settings.position_range})
+    without = dataclasses.replace(settings, tasks=tuple(
+        t for t in settings.tasks if t.name != "count_increments"))
+    self.assertEqual(without.position_range, settings.position_range)
+    self.assertEqual(counting, sweep.test_row_len("count_increments", 160))
+    self.assertGreater(counting, settings.position_range)
+    order = {(spec.name, variant, seed): config for seed, spec, variant, config, _ in
+             model_runs.model_order(base, dataclasses.replace(settings, variants=("learned",),
+                                                              seeds=(0,)))}
+    self.assertEqual(int(order[("count_increments", "learned", 0)].data.train_len), counting)
+    self.assertEqual(int(order[("mqar", "learned", 0)].data.train_len),
+                     settings.position_range)
 
 
 class TinyRunTest(absltest.TestCase):
