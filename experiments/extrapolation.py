@@ -131,19 +131,6 @@ def study_pes(base: ml_collections.ConfigDict) -> tuple:
   return pe_capabilities.runnable_pes(base)
 
 
-def select_pes(available: Sequence[str], chosen: Sequence[str]) -> tuple:
-  """``chosen`` (``--pes``) in the study's order, or every one of ``available`` when empty.
-
-  Raises:
-    study_options.StudyOptionError: naming the PEs the study cannot run.
-  """
-  unknown = [p for p in chosen if p not in available]
-  if unknown:
-    raise study_options.StudyOptionError(
-        f"--pes: {', '.join(unknown)} not among this study's PEs ({', '.join(available)})")
-  return tuple(p for p in available if p in chosen) if chosen else tuple(available)
-
-
 def bounded_pes(base: ml_collections.ConfigDict, pes: Sequence[str]) -> Dict[str, int]:
   """``pe -> max_length`` for the PEs whose model in this study has a bounded table.
 
@@ -568,7 +555,8 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
   base = base_config(options)
   settings = settings or settings_for(options, base)
   if not settings.pes:
-    settings = dataclasses.replace(settings, pes=select_pes(study_pes(base), options.pes))
+    settings = dataclasses.replace(settings,
+                                   pes=study_options.select_pes(study_pes(base), options.pes))
   runs_dir = options.kept_models_dir(STUDY)
   workdir = options.report_dir(STUDY)
   report = markdown_report.Report("Length extrapolation of positional encodings", study=STUDY,

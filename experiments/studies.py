@@ -21,4 +21,5 @@ STUDIES = (
     "content_tasks",
     "streaming_llm",
     "kv_quantization",
+    "ruler_retrieval",
 )

@@ -177,7 +177,7 @@ class UsageErrorTest(parameterized.TestCase):
       ("shard_without_study", ["--shard=0/2"], app.UsageError, "--shard only takes effect with"),
       ("shard_on_a_study_without_variants", ["--study=passkey_scaling", "--shard=0/2"],
        app.UsageError, r"--shard only applies to the studies content_tasks, extrapolation, kazemnejad_suite, "
-       r"length_generalization, ruoss_suite, not --study=passkey_scaling"),
+       r"length_generalization, ruler_retrieval, ruoss_suite, not --study=passkey_scaling"),
       ("progress_without_study", ["--progress"], app.UsageError,
        "--progress only takes effect with"),
       ("progress_on_a_study_without_variants", ["--study=passkey_scaling", "--progress"],
@@ -191,7 +191,8 @@ class UsageErrorTest(parameterized.TestCase):
        r"--shard=-1/2: must be I/N"),
       ("pes_on_a_study_without_variants", ["--study=streaming_llm", "--pes=rope"],
        app.UsageError, r"--pes only applies to the studies content_tasks, extrapolation, "
-       r"kazemnejad_suite, length_generalization, ruoss_suite, not --study=streaming_llm"),
+       r"kazemnejad_suite, length_generalization, ruler_retrieval, ruoss_suite, not "
+       r"--study=streaming_llm"),
       ("unknown_pes", ["--study=kazemnejad_suite", "--pes=rope,bogus"], app.UsageError,
        r"--pes: bogus not among this study's variants \(alibi, .*rope"),
       ("study_and_config", ["--study=extrapolation",

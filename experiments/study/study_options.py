@@ -102,6 +102,23 @@ class StudyOptions:
     return " ".join(["python", program_text] + sys.argv[1:])
 
 
+def select_pes(known: Sequence[str], chosen: Sequence[str], *,
+               default: Optional[Sequence[str]] = None) -> tuple:
+  """``chosen`` (``--pes``) in the study's order of ``known``; without a choice, ``default``
+  (``None``: every one of ``known``).
+
+  Raises:
+    StudyOptionError: naming the labels the study does not have, and those it has.
+  """
+  unknown = [c for c in chosen if c not in known]
+  if unknown:
+    raise StudyOptionError(f"--pes: {', '.join(unknown)} not among this study's PEs "
+                           f"({', '.join(known)})")
+  if chosen:
+    return tuple(k for k in known if k in chosen)
+  return tuple(known if default is None else default)
+
+
 def study_config(name: str) -> ml_collections.ConfigDict:
   """The config file of a study: the default experiment plus a ``study`` section.
 

@@ -268,9 +268,9 @@ class SmokeTest(absltest.TestCase):
   def test_pes_outside_the_study_are_named(self):
     with self.assertRaisesRegex(study_options.StudyOptionError,
                                 r"--pes: bogus not among this study's PEs \(alibi, "):
-      extrapolation.select_pes(("alibi", "rope"), ("rope", "bogus"))
-    self.assertEqual(extrapolation.select_pes(("alibi", "rope"), ("rope",)), ("rope",))
-    self.assertEqual(extrapolation.select_pes(("alibi", "rope"), ()), ("alibi", "rope"))
+      study_options.select_pes(("alibi", "rope"), ("rope", "bogus"))
+    self.assertEqual(study_options.select_pes(("alibi", "rope"), ("rope",)), ("rope",))
+    self.assertEqual(study_options.select_pes(("alibi", "rope"), ()), ("alibi", "rope"))
 
 
 if __name__ == "__main__":
