@@ -17,8 +17,10 @@ L = 32
 
 
 def _statuses(zero, tuned):
-  return [v.status for v in context_extension.verdicts(zero, tuned, train_len=L,
-                                                       finetune_len=4 * L)]
+  """Verdicts of one seed's curves (``zero`` / ``tuned``), or of a list of them."""
+  as_seeds = lambda c: c if isinstance(c, list) else [c]
+  return [v.status for v in context_extension.verdicts(as_seeds(zero), as_seeds(tuned),
+                                                       train_len=L, finetune_len=4 * L)]
 
 
 ZERO = {  # Shaped like Peng et al. 2023 Fig. / bloc97's plots.
@@ -45,13 +47,28 @@ class VerdictTest(absltest.TestCase):
   def test_the_unscaled_fine_tune_control_is_a_verdict(self):
     # The control of issue 45: YaRN's fine-tune against the same fine-tune without scaling.
     control = lambda tuned: [v for v in context_extension.verdicts(
-        ZERO, tuned, train_len=L, finetune_len=4 * L) if v.expectation.startswith("Control")]
-    (held,) = control({**TUNED, "none": {4 * L: 9.9}})
+        [ZERO] * len(tuned), tuned, train_len=L, finetune_len=4 * L)
+        if v.expectation.startswith("Control")]
+    (held,) = control([{**TUNED, "none": {4 * L: 9.9}}])
     self.assertEqual(held.status, expectations.HELD)
-    self.assertEqual(held.measured, "YaRN 9.50, unscaled 9.90")
-    (tie,) = control({**TUNED, "none": {4 * L: 9.5}})  # A tie: the scaling added nothing.
+    self.assertEqual(held.measured, "YaRN 9.50, unscaled 9.90; every seed (differences -0.4)")
+    (tie,) = control([{**TUNED, "none": {4 * L: 9.5}}])  # A tie: the scaling added nothing.
     self.assertEqual(tie.status, expectations.NOT_HELD)
-    self.assertEqual(control(TUNED), [])  # No control trained: no claim.
+    self.assertEqual(control([TUNED]), [])  # No control trained: no claim.
+
+  def test_no_mean_decides(self):
+    # Issue 45: YaRN's mean beats the unscaled fine-tune's (9.65 < 9.9), but one seed of three
+    # is against it and the bootstrap interval over seeds does not exclude 0: not held.
+    seeds = [{**TUNED, "yarn": {4 * L: y}, "none": {4 * L: 9.9}} for y in (9.5, 9.5, 9.95)]
+    statuses = _statuses([ZERO] * 3, seeds)
+    self.assertEqual(statuses[3], expectations.NOT_HELD)  # The control.
+    # A zero-shot claim that holds on two seeds' curves but not on the third: not held either.
+    worse = {k: dict(v) for k, v in ZERO.items()}
+    worse["yarn"][4 * L] = 400.0
+    self.assertEqual(_statuses([ZERO, ZERO, worse], [TUNED] * 3)[1], expectations.NOT_HELD)
+    # A threshold claim must hold on every seed: PI's recovery fails on one seed of three.
+    bad = {"linear": {4 * L: 12.0}, "yarn": {4 * L: 9.5}}
+    self.assertEqual(_statuses([ZERO] * 3, [TUNED, TUNED, bad])[3], expectations.NOT_HELD)
 
   def test_missing_perplexity_is_not_measurable(self):
     zero = {k: dict(v) for k, v in ZERO.items()}

@@ -41,10 +41,26 @@ class CurvesTest(absltest.TestCase):
 class VerdictTest(absltest.TestCase):
 
   def test_holds_and_fails(self):
-    good = training_curves.verdicts({"sinusoidal": 1.5, "rope": 1.4, "alibi": 1.45}, unigram=3.2)
+    good = training_curves.verdicts({"sinusoidal": [1.5], "rope": [1.4], "alibi": [1.45]},
+                                    unigram=3.2)
     self.assertEqual([v.status for v in good], [expectations.HELD] * 3)
-    bad = training_curves.verdicts({"sinusoidal": 1.3, "rope": 1.4, "alibi": 3.0}, unigram=3.2)
+    bad = training_curves.verdicts({"sinusoidal": [1.3], "rope": [1.4], "alibi": [3.0]},
+                                   unigram=3.2)
     self.assertEqual([v.status for v in bad], [expectations.NOT_HELD] * 3)
+
+  def test_no_mean_decides(self):
+    # RoPE's mean loss is below sinusoidal's (1.40 < 1.45), but seed 2 is against it and three
+    # seeds give no bootstrap interval that excludes 0: not held. One seed past the unigram
+    # bound fails the second claim whatever the mean.
+    verdicts = training_curves.verdicts(
+        {"sinusoidal": [1.5, 1.5, 1.35], "rope": [1.3, 1.3, 1.6], "alibi": [1.4, 1.4, 1.3]},
+        unigram=3.2)
+    self.assertEqual(verdicts[0].status, expectations.NOT_HELD)
+    self.assertIn("seeds split", verdicts[0].measured)
+    self.assertEqual(verdicts[1].status, expectations.HELD)  # Every seed of ALiBi is lower.
+    high = training_curves.verdicts({"sinusoidal": [1.5, 1.5, 3.1], "rope": [1.4, 1.4, 1.4]},
+                                    unigram=3.2)
+    self.assertEqual(high[-1].status, expectations.NOT_HELD)
 
 
 class SmokeTest(absltest.TestCase):
@@ -68,7 +84,7 @@ class SmokeTest(absltest.TestCase):
     self.assertEqual((tmp / "report" / "training_curves.png").read_bytes()[:4], b"\x89PNG")
     payload = json.loads((tmp / "report" / "results.json").read_text())
     self.assertEqual(payload["verdicts"][0]["criterion"].split(" <=")[0],
-                     "every final validation loss")
+                     "every seed's final validation loss")
 
 
 if __name__ == "__main__":
