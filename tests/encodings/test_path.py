@@ -19,6 +19,13 @@ from pejax.encodings.path import chunk_wy_factor
 from pejax.encodings.path import path_logits
 from pejax.encodings.path import path_logits_rows
 
+# The property tests call these: compiled once per shape (and chunk size) and shared, where an
+# eager call compiles every primitive on its own (issue 44: this file compiled ~1500 programs,
+# most of them single ops of eager calls). The golden test keeps an eager call: that is a
+# claim (the transform runs without jit), on one case's output.
+_logits = jax.jit(path_logits, static_argnames=("chunk_size",))
+_wy_factor = jax.jit(chunk_wy_factor)
+
 _GOLDENS = json.loads((pathlib.Path(__file__).parent / "path_goldens.json").read_text())["cases"]
 
 
@@ -62,7 +69,7 @@ def _attention(q, k, v, w, beta, *, chunk_size):
 class PathGoldenTest(chex.TestCase):
   """Pinned to fla-org/flash-linear-attention's naive_path_attn (commit bc3b101, torch 2.13.0)."""
 
-  @chex.variants(with_jit=True, without_jit=True)
+  @chex.variants(with_jit=True)
   @parameterized.named_parameters(*[(name, name) for name in _GOLDENS])
   def test_attention_output_and_gradients_match_fla(self, name):
     case = {key: np.asarray(value, np.float32) for key, value in _GOLDENS[name].items()
@@ -82,6 +89,14 @@ class PathGoldenTest(chex.TestCase):
       chex.assert_trees_all_close(got, case[key], rtol=2e-5, atol=2e-5, custom_message=key)
 
 
+  def test_eager_call_matches_fla(self):
+    # The transform also runs op by op (no jit): one case's output, against the same golden.
+    case = {key: np.asarray(value, np.float32)
+            for key, value in _GOLDENS["one_chunk"].items() if isinstance(value, list)}
+    out = _attention(case["q"], case["k"], case["v"], case["w"], case["beta"], chunk_size=3)
+    chex.assert_trees_all_close(out, case["out"], rtol=1e-5, atol=1e-5)
+
+
 class PathPropertyTest(chex.TestCase):
 
   def setUp(self):
@@ -92,7 +107,7 @@ class PathPropertyTest(chex.TestCase):
   def test_chunked_logits_equal_the_explicit_products(self, chunk_size):
     q, k, w, beta = _inputs()
     expected = _brute_force(q, k, w, beta)
-    got = path_logits(q, k, w, beta, chunk_size=chunk_size)
+    got = _logits(q, k, w, beta, chunk_size=chunk_size)
     chex.assert_shape(got, (2, 4, 11, 11))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -105,7 +120,7 @@ class PathPropertyTest(chex.TestCase):
 
   def test_zero_strength_is_plain_attention(self):
     q, k, w, beta = _inputs(seed=2)
-    got = path_logits(q, k, w, 0.0 * beta, chunk_size=4)
+    got = _logits(q, k, w, 0.0 * beta, chunk_size=4)
     plain = np.einsum("bihd,bjhd->bhij", q, np.repeat(k, 2, axis=2))
     np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
 
@@ -113,14 +128,14 @@ class PathPropertyTest(chex.TestCase):
     # beta = 2: every H_t is a reflection (orthogonal), so |A_ij| <= |q_i| |k_j|, and with
     # q_i = k_j the product is a rotation: A_ij = |q|^2 only when nothing lies between them.
     q, k, w, beta = _inputs(seed=3)
-    got = np.asarray(path_logits(q, k, w, 2.0 + 0.0 * beta, chunk_size=3))
+    got = np.asarray(_logits(q, k, w, 2.0 + 0.0 * beta, chunk_size=3))
     bound = (np.linalg.norm(q, axis=-1).transpose(0, 2, 1)[..., :, None]
              * np.repeat(np.linalg.norm(k, axis=-1), 2, axis=-1).transpose(0, 2, 1)[..., None, :])
     self.assertTrue(np.all(np.abs(got) <= bound + 1e-4))
 
   def test_wy_factor_reproduces_the_product_of_a_chunk(self):
     _, _, w, beta = _inputs(seed=4, length=6)
-    t = np.asarray(chunk_wy_factor(jnp.asarray(w[0, :, 0]), jnp.asarray(beta[0, :, 0])))
+    t = np.asarray(_wy_factor(jnp.asarray(w[0, :, 0]), jnp.asarray(beta[0, :, 0])))
     product = np.eye(5)
     for s in range(6):
       product = product @ (np.eye(5) - beta[0, s, 0] * np.outer(w[0, s, 0], w[0, s, 0]))
@@ -138,19 +153,19 @@ class PathPropertyTest(chex.TestCase):
     beta = rng.uniform(0.0, 2.0, size=(3, size))
     expected = [np.linalg.solve(np.eye(size) + b[:, None] * np.triu(x @ x.T, 1), np.diag(b))
                 for x, b in zip(w, beta)]
-    got = chunk_wy_factor(jnp.asarray(w, jnp.float32), jnp.asarray(beta, jnp.float32))
+    got = _wy_factor(jnp.asarray(w, jnp.float32), jnp.asarray(beta, jnp.float32))
     np.testing.assert_allclose(got, np.stack(expected), rtol=0, atol=5e-6)
 
   def test_bfloat16_inputs_give_float32(self):
     q, k, w, beta = (jnp.asarray(x, jnp.bfloat16) for x in _inputs(seed=5))
-    got = path_logits(q, k, w, beta, chunk_size=4)
+    got = _logits(q, k, w, beta, chunk_size=4)
     chex.assert_type(got, jnp.float32)
     chex.assert_tree_all_finite(got)
 
   def test_gradients_through_chunks_are_finite_for_near_reflections(self):
     q, k, w, beta = _inputs(seed=6, beta_low=1.99)
-    grads = jax.grad(lambda w, beta: jnp.sum(path_logits(q, k, w, beta, chunk_size=4) ** 2),
-                     argnums=(0, 1))(w, beta)
+    loss = lambda w, beta: jnp.sum(path_logits(q, k, w, beta, chunk_size=4) ** 2)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(w, beta)
     chex.assert_tree_all_finite(grads)
 
 
