@@ -29,8 +29,10 @@ of the winner beats every seed of the loser by 0.1; both at 0: not measurable, f
 Each model's records (``fit.json``, the cached scores ``ruler_eval.json``) live in
 ``<workdir>/models``, kept in git without weights: a run split into shards or sessions resumes
 on any clone, and a (PE, seed) unit trains, fine-tunes and scores in one go, so its weights are
-never needed later. Cost (estimated, not yet measured): about 4-5 one-core hours for the full
-run on a 2-core CPU, most of it the 8x cells (8192-byte prompts decode at ~0.2-0.5 prompts/s).
+never needed later. Cost (estimated, not yet measured in full): the quick run's first model took
+~2 s a step with 16 rows of 640 bytes on 2 cores shared with two other jobs, hence 4096 tokens a
+step here (the passkey study's); with ~2000 steps to retrieve, about 6-10 one-core hours for the
+full run, the 8x cells' decoding included (8192-byte prompts decode at ~0.2-0.5 prompts/s).
 
 References:
   Hsieh et al., "RULER: What's the Real Context Size of Your Long-Context Language Models?",
@@ -118,13 +120,21 @@ class Settings:
     return 2 * self.train_len
 
 
+TOKENS_PER_STEP = 4096  # The passkey study's (16 rows of 256): batch = 4096 // L rows.
+
+
 def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
-  """A byte-level decoder (2 layers, d_model 128, lr 2e-3, batch 16) on the stdlib corpus."""
+  """A byte-level decoder (2 layers, d_model 128, lr 2e-3) on the stdlib corpus, 4096 tokens a
+  step (4 rows of L = 1024; quick: 6 of 640)."""
   config = passkey_scaling.base_config(options)
   with config.unlocked():
     config.data.train_len = 640 if options.quick else 1024
   study_options.apply_overrides(config, {k: v for k, v in options.overrides.items()
                                          if k == "data.train_len"})
+  with config.unlocked():
+    config.data.batch_size = max(1, TOKENS_PER_STEP // int(config.data.train_len))
+  study_options.apply_overrides(config, {k: v for k, v in options.overrides.items()
+                                         if k == "data.batch_size"})
   return config
 
 

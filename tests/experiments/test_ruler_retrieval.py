@@ -83,6 +83,9 @@ class RowsTest(absltest.TestCase):
 
   def test_rnope_swa_is_rope_with_a_window_then_full_nope(self):
     base = ruler_retrieval.base_config(study_options.StudyOptions())
+    self.assertEqual((base.data.train_len, base.data.batch_size), (1024, 4))  # 4096 tokens.
+    self.assertEqual(ruler_retrieval.base_config(study_options.StudyOptions(
+        overrides={"data.batch_size": 8})).data.batch_size, 8)
     config = ruler_retrieval.variant_config(base, "rnope_swa", 2)
     self.assertEqual((config.pe.name, config.model.sliding_window, config.seed),
                      ("rope,none", "256,0", 2))
