@@ -545,7 +545,7 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
     return run_pretrained(options, str(hf_dir), log=log)
   base = base_config(options)
   settings = settings or settings_for(options, base)
-  runs_dir = options.models_dir(STUDY)
+  runs_dir = options.kept_models_dir(STUDY)  # Records in git (no weights): resumable anywhere.
   workdir = options.report_dir(STUDY)
   report = markdown_report.Report("Passkey retrieval beyond the training length: zero-shot "
                                "scalings and short fine-tunes", study=STUDY, options=options)

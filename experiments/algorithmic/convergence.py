@@ -233,9 +233,18 @@ def batch_row_len(task: str, size: int, row_len: int) -> int:
 
 def full_key(key: Mapping[str, Any], *, pe: Any = None,
              init_from: Optional[os.PathLike | str] = None) -> Dict[str, Any]:
-  """``key`` with what :func:`train_until` adds: a PE override and a fine-tune's start."""
-  return {**key, "pe_override": repr(pe) if pe is not None else None,
-          "init_from": str(init_from) if init_from else None}
+  """``key`` with what :func:`train_until` adds: a PE override and a fine-tune's start.
+
+  A fine-tune's start enters as ``<base run directory name>/<file>``, not the path as given:
+  the base's directory name already hashes everything that defines it, and the same records
+  must be found again from another working directory or clone (an absolute and a relative path
+  to the same base once made two keys, and a fine-tune then needed weights a session no longer
+  had).
+  """
+  start = None
+  if init_from:
+    start = f"{pathlib.Path(init_from).parent.name}/{pathlib.Path(init_from).name}"
+  return {**key, "pe_override": repr(pe) if pe is not None else None, "init_from": start}
 
 
 def build_model(config: ml_collections.ConfigDict, *, pe: Any = None):

@@ -687,5 +687,21 @@ class ProgressTest(absltest.TestCase):
     self.assertFalse((workdir / "report.md").exists())
 
 
+
+class FineTuneKeyTest(absltest.TestCase):
+
+  def test_a_fine_tunes_start_is_its_base_directory_wherever_that_lies(self):
+    # The same base found from another working directory or clone gives the same fine-tune
+    # record; another base (another directory name) another one.
+    key = {"what": "finetune"}
+    relative = convergence.full_key(key, init_from="runs/study/base-s0-1a2b/params.npz")
+    absolute = convergence.full_key(
+        key, init_from="/home/x/clone/experiments/results/study/models/base-s0-1a2b/params.npz")
+    self.assertEqual(relative, absolute)
+    self.assertEqual(relative["init_from"], "base-s0-1a2b/params.npz")
+    other = convergence.full_key(key, init_from="runs/study/base-s1-9f8e/params.npz")
+    self.assertNotEqual(relative, other)
+    self.assertIsNone(convergence.full_key(key)["init_from"])
+
 if __name__ == "__main__":
   absltest.main()
