@@ -110,7 +110,8 @@ def run_models(base: ml_collections.ConfigDict, settings: sweep.Settings, *,
     firsts = _train(group, settings, settings.recipe, runs_dir=runs_dir, log=log)
     second_runs = {}
     if settings.rescue_recipe is not None:
-      rescue = [(model, fit) for model, fit in zip(group, firsts) if not fit.fit]
+      rescue = [(model, fit) for model, fit in zip(group, firsts)
+                if not fit.fit and model[1].second_run]
       for (_, _, _, _, label), fit in rescue:
         log(f"{label}: did not fit within {settings.recipe.max_steps} steps (best "
             f"{fit.best_in_dist:.3f}); a second run from scratch with a cap of "

@@ -123,7 +123,10 @@ def setup_lines(base: ml_collections.ConfigDict, settings: sweep.Settings) -> Li
          "steps" if r.curriculum_steps else "")
       + (f"; a model that does not fit gets a second run from scratch with a cap of "
          f"{settings.rescue_steps} steps (its cosine decay spans that cap; the tables mark "
-         "it 2nd run)" if settings.rescue_steps else ""),
+         "it 2nd run)" if settings.rescue_steps else "")
+      + "".join(f"; {t.name}: no second run (its in-distribution accuracy is a finding: every "
+                f"model trains to the first cap, fit or not)"
+                for t in settings.tasks if settings.rescue_steps and not t.second_run),
       f"- seeds: {', '.join(str(s) for s in settings.seeds)}; tables: median [min-max] over "
       "seeds; OOD as every seed measured it (the headline and the verdicts), and over the seeds "
       "that fit",

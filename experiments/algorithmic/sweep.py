@@ -48,6 +48,10 @@ class TaskSpec:
       table); 0 means the study's (:attr:`Settings.position_range`). A task whose rows are much
       longer than the others' gets its own, so that joining a study does not change the other
       tasks' models (their configs, hence their records, stay the same).
+    second_run: whether a model of this task that does not fit gets the second run
+      (:attr:`Settings.rescue_steps`). False for a task whose in-distribution accuracy is itself
+      a finding (a PE plateaus below the threshold, and a longer run would not change it):
+      every model then trains to the first cap, fit or not.
   """
 
   name: str
@@ -55,6 +59,7 @@ class TaskSpec:
   test_sizes: tuple
   train_min: int = 1
   max_position: int = 0
+  second_run: bool = True
 
   def __post_init__(self):
     if self.train_max < self.train_min:

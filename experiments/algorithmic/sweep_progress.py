@@ -66,7 +66,7 @@ def model_progress(base: ml_collections.ConfigDict, settings: sweep.Settings, *,
     recipe, seen = settings.recipe, look(settings.recipe, label)
     earlier = 0.0
     if (seen.result is not None and not seen.result.fit
-        and settings.rescue_recipe is not None):
+        and settings.rescue_recipe is not None and spec.second_run):
       earlier, recipe = seen.seconds, settings.rescue_recipe
       seen = look(recipe, f"{label}-cap{settings.rescue_steps}")
       if seen.result is None:

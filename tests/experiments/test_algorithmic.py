@@ -297,6 +297,41 @@ class CompareTest(absltest.TestCase):
     self.assertEqual(runs["copy"]["rope"][0]["first_run"]["steps"], 600)
     self.assertEqual(runs["copy"]["rope"][0]["fit"]["steps_to_fit"], 900)
 
+  def test_a_task_without_second_runs_keeps_its_first_run(self):
+    calls = []
+
+    def fake_train(config, recipe, *, task, train_sizes, runs_dir, label, randomized, log):
+      del config, train_sizes, runs_dir, randomized, log
+      calls.append((label, recipe.max_steps))
+      return convergence.FitResult(
+          run_dir=pathlib.Path("/nonexistent") / label, steps=recipe.max_steps,
+          steps_to_fit=None, in_dist=0.5, best_in_dist=0.96, best_step=500, curve=(),
+          train_seconds=10.0)
+
+    settings = sweep.Settings(
+        tasks=(sweep.TaskSpec("copy", 2, (1, 3), second_run=False),
+               sweep.TaskSpec("parity", 2, (1, 3))),
+        variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
+        rescue_steps=1200)
+    lines = []
+    with mock.patch.object(convergence, "train_to_fit", fake_train), \
+        mock.patch.object(scoring, "evaluate",
+                          lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
+      out = model_runs.run_models(experiment_config.get_default_config(), settings,
+                                  runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
+    # Neither fits; only parity gets the second run.
+    self.assertEqual(calls, [("copy-rope-s0", 600), ("parity-rope-s0", 600),
+                             ("parity-rope-s0-cap1200", 1200)])
+    copy = out[("copy", "rope", 0)]
+    self.assertIsNone(copy.first)
+    self.assertEqual((copy.fit.steps, copy.fit.best_in_dist), (600, 0.96))
+    self.assertFalse(copy.record()["second_run"])
+    self.assertFalse(any("copy-rope-s0: did not fit" in line for line in lines))
+    setup = "\n".join(report_sections.setup_lines(experiment_config.get_default_config(),
+                                                   settings))
+    self.assertIn("copy: no second run", setup)
+    self.assertNotIn("parity: no second run", setup)
+
   def test_reciprocal_ranks_share_ties(self):
     self.assertEqual(kazemnejad_suite.reciprocal_ranks({"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}),
                      {"a": 1.0, "b": 0.5, "c": 0.5, "d": 0.25})
@@ -594,6 +629,13 @@ class ProgressTest(absltest.TestCase):
     # LieRE s1: its variant's 30 min less the 5 spent (the task's median would say 2); rope s3:
     # its variant's 2 min; reverse: nothing of its variant or task finished, the median of all.
     self.assertAlmostEqual(s["left_one_core_minutes"], 25.0 + 2.0 + 2.0)
+
+  def test_an_unfit_model_of_a_task_without_second_runs_is_done(self):
+    self.settings = dataclasses.replace(self.settings, tasks=(
+        sweep.TaskSpec("copy", 2, (1, 3), second_run=False),))
+    self._finished("copy-rope-s0", self.settings.recipe, fit=False, seconds=100.0)
+    models = sweep_progress.model_progress(self.base, self.settings, runs_dir=self.runs)
+    self.assertEqual((models[0].state, models[0].seconds, models[0].fit), ("done", 100.0, False))
 
   def test_a_second_run_that_finished_makes_the_model_done_with_both_times(self):
     recipe, rescue = self.settings.recipe, self.settings.rescue_recipe
