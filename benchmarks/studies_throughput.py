@@ -29,6 +29,14 @@ batched / one-at-a-time does not depend on it. Memory: each worker's peak RSS
 (``resource.getrusage``) and its growth over the worker's RSS before any model was built (the
 imported and started runtime every configuration shares); the target is growth(N) <= N x growth(1).
 
+Why a ratio is what it is: each configuration also reports the tokens it computes per step
+over those its models drew (a program of N models pads every batch to the longest of the N: on
+the Ruoss tasks, where a batch is one size, N = 6 computes ~1.4x the tokens), and its arithmetic
+rate (6 x parameters x computed tokens per second) beside a plain matmul of the model's MLP shape
+timed in the same worker. A step that already runs near the matmul rate is bound by arithmetic
+and memory traffic, which N models multiply by N: batching then cannot beat one model at a time
+on that machine, and its gain has to come from a device that one tiny model leaves idle.
+
 Usage (the lead runs the full measurement on a quiet machine)::
 
   python -m benchmarks.studies_throughput                      # 3 rounds of 200 steps
@@ -64,6 +72,46 @@ def _cpu_s() -> float:
   return usage.ru_utime + usage.ru_stime
 
 
+def _matmul_gflops(rows: int, inner: int, cols: int, repeats: int = 50) -> float:
+  """GFLOP/s of one jitted ``[rows, inner] @ [inner, cols]`` float32 matmul (the study
+  model's MLP projection over a batch; median of ``repeats``): what this core does on the
+  model's largest matmul, against which the training steps' rate is read."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  a, b = jnp.ones((rows, inner), jnp.float32), jnp.ones((inner, cols), jnp.float32)
+  matmul = jax.jit(jnp.matmul)
+  jax.block_until_ready(matmul(a, b))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a, b))
+    times.append(time.perf_counter() - start)
+  return 2.0 * rows * inner * cols / statistics.median(times) / 1e9
+
+
+def _fixed_cost_share(model, rows: int, length: int, repeats: int = 20) -> float:
+  """The time of a gradient of ``model`` on 1 row over its time on ``rows`` rows (both of
+  ``length`` tokens; medians): the share of a step that does not grow with the batch (dispatch,
+  per-operation overhead), the most that training N models as one program can save per model."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  grad = nnx.jit(nnx.grad(lambda m, x, p: jnp.mean(m(x, positions=p) ** 2)))
+
+  def seconds(count: int) -> float:
+    tokens = jnp.zeros((count, length), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (count, length))
+    jax.block_until_ready(grad(model, tokens, positions))
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(grad(model, tokens, positions))
+      times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+  return seconds(1) / seconds(rows)
+
+
 def _study_config(quick: bool):
   from experiments import length_generalization  # pylint: disable=g-import-not-at-top
   from experiments.study import study_options  # pylint: disable=g-import-not-at-top
@@ -79,6 +127,7 @@ def worker_main(args) -> None:
   """One configuration: answers ``run STEPS`` with a JSON line, until ``quit``."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
   from experiments.algorithmic import convergence  # pylint: disable=g-import-not-at-top
   from pejax.train import many  # pylint: disable=g-import-not-at-top
   from pejax.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
@@ -99,35 +148,56 @@ def worker_main(args) -> None:
             for c in configs]
   rngs = [np.random.default_rng([c.seed, 1]) for c in configs]
   steps_taken = [0]
+  tokens = {"computed": 0, "own": 0}  # Rows x row length: as computed (padded) and as drawn.
   optim = convergence.recipe_optim(configs[0], recipe)
+
+  def count(batches) -> None:
+    shapes = [b["inputs"].shape for b in batches]
+    tokens["computed"] += len(shapes) * max(rows * length for rows, length in shapes)
+    tokens["own"] += sum(rows * length for rows, length in shapes)
+
   if args.models == 1:
     model = convergence.build_model(configs[0])
     optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
     bound = train_step_lib.bind_train_step(train_step_lib.make_train_step(), model, optimizer)
 
     def step():
-      return bound(train_step_lib.model_inputs(makers[0](rngs[0], steps_taken[0])))["loss"]
+      batch = makers[0](rngs[0], steps_taken[0])
+      count([batch])
+      return bound(train_step_lib.model_inputs(batch))["loss"]
   else:
+    model = convergence.build_model(configs[0])
     stack = many.ModelStack([convergence.build_model(c) for c in configs], optim,
                             total_steps=recipe.max_steps)
 
     def step():
-      return stack.step([make(rng, steps_taken[0]) for make, rng in zip(makers, rngs)])["loss"]
+      batches = [make(rng, steps_taken[0]) for make, rng in zip(makers, rngs)]
+      count(batches)
+      return stack.step(batches)["loss"]
+  params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
-  def segment(count: int) -> dict:
+  def segment(steps: int) -> dict:
     wall, cpu = time.perf_counter(), _cpu_s()
+    tokens.update(computed=0, own=0)
     loss = None
-    for _ in range(count):
+    for _ in range(steps):
       loss = step()
       steps_taken[0] += 1
     jax.block_until_ready(loss)
     return {"wall_s": time.perf_counter() - wall, "cpu_s": _cpu_s() - cpu,
-            "maxrss_mib": _rss_mib(), "base_rss_mib": base_rss}
+            "maxrss_mib": _rss_mib(), "base_rss_mib": base_rss, **tokens}
 
   started = time.perf_counter()
   first = segment(args.warmup)  # Compiles every row length the task draws, mostly.
+  rows = configs[0].data.batch_size * 48  # A study batch of about the longest rows.
+  share = (_fixed_cost_share(model, configs[0].data.batch_size, 48) if args.models == 1
+           else None)
   print(json.dumps({"ready": True, "setup_s": time.perf_counter() - started,
-                    "warmup_s": first["wall_s"]}), flush=True)
+                    "warmup_s": first["wall_s"], "params": int(params),
+                    "fixed_cost_share": share,
+                    "matmul_gflops": _matmul_gflops(rows, int(configs[0].model.d_model),
+                                                    4 * int(configs[0].model.d_model))}),
+        flush=True)
   for line in sys.stdin:
     command = line.split()
     if not command or command[0] == "quit":
@@ -189,8 +259,14 @@ def run(args) -> dict:
     per_step = wall / args.steps
     rss = max(s["maxrss_mib"] for s in segs)
     base = segs[0]["base_rss_mib"]
+    computed = sum(s["computed"] for s in segs)
+    params = ready[(task, n)]["params"]
     rows.append(dict(task=task, models=n, step_ms=1e3 * per_step, cpu_step_ms=1e3 * cpu /
                      args.steps, models_per_hour=n * 3600.0 / (per_step * args.steps_per_model),
+                     params=params, padding=computed / max(1, sum(s["own"] for s in segs)),
+                     tokens_per_step=computed / (len(segs) * args.steps),
+                     gflops=6.0 * params * computed / sum(s["wall_s"] for s in segs) / 1e9,
+                     matmul_gflops=ready[(task, n)]["matmul_gflops"],
                      wall_s=[s["wall_s"] for s in segs], maxrss_mib=rss, base_rss_mib=base,
                      model_rss_mib=rss - base))
   for row in rows:
@@ -198,11 +274,12 @@ def run(args) -> dict:
     row["speedup"] = row["models_per_hour"] / alone["models_per_hour"]
     row["rss_growth_vs_n_alone"] = row["model_rss_mib"] / max(
         1e-9, row["models"] * alone["model_rss_mib"])
+  shares = {t: ready[(t, 1)]["fixed_cost_share"] for t in tasks}
   command = "python -m benchmarks.studies_throughput " + " ".join(args.argv)
   record = dict(setup=dict(
       tasks={t: dict(zip(("task", "train_max", "one_size_per_batch"), TASKS[t])) for t in tasks},
       sizes=sizes, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
-      steps_per_model=args.steps_per_model, quick=args.quick,
+      steps_per_model=args.steps_per_model, quick=args.quick, fixed_cost_share=shares,
       machine=machine.describe_machine(), load_before=load_before, load_after=os.getloadavg(),
       minutes=round((time.time() - start) / 60, 1),
       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), command=command), rows=rows)
@@ -226,13 +303,26 @@ def to_markdown(record: dict) -> str:
       f"(after {s['warmup']} warm-up steps). models/hour = N x 3600 / (seconds per step x "
       f"{s['steps_per_model']} steps per model); speed-up = models/hour over N = 1's (the single "
       "trainer). RSS growth: peak RSS minus the worker's RSS before building any model; the "
-      "target is growth(N) <= N x growth(1).", "",
-      "| task | N | step (ms) | CPU step (ms) | models/hour | speed-up | peak RSS (MiB) | "
-      "growth (MiB) | growth / (N x growth(1)) |",
-      "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
+      "target is growth(N) <= N x growth(1). Tokens: rows x row length computed per step "
+      "(in a program of N models every batch is padded to the longest of the N) over those "
+      "the models drew; GFLOP/s: 6 x parameters x computed tokens per second (the usual "
+      "training estimate, attention excluded), beside what one jitted matmul of the model's "
+      "MLP shape does in the same worker: a step near that rate is bound by arithmetic, which "
+      "a program of N models multiplies by N.", "",
+      "| task | N | step (ms) | CPU step (ms) | models/hour | speed-up | tokens computed / drawn "
+      "| GFLOP/s | matmul GFLOP/s | peak RSS (MiB) | growth (MiB) | growth / (N x growth(1)) |",
+      "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+  shares = s.get("fixed_cost_share", {})
+  if shares:
+    lines[-2:-2] = [
+        "Fixed cost per step (a gradient of one model on 1 row over its time on a whole batch, "
+        "rows of 48 tokens; what does not grow with the work, hence the most N models in one "
+        "program can save per model): " + ", ".join(
+            f"{t} {v:.2f}" for t, v in shares.items() if v is not None) + ".", ""]
   for r in record["rows"]:
     lines.append(f"| {r['task']} | {r['models']} | {r['step_ms']:.1f} | {r['cpu_step_ms']:.1f} "
-                 f"| {r['models_per_hour']:.1f} | {r['speedup']:.2f}x | {r['maxrss_mib']:.0f} | "
+                 f"| {r['models_per_hour']:.1f} | {r['speedup']:.2f}x | {r['padding']:.2f} | "
+                 f"{r['gflops']:.1f} | {r['matmul_gflops']:.1f} | {r['maxrss_mib']:.0f} | "
                  f"{r['model_rss_mib']:.0f} | {r['rss_growth_vs_n_alone']:.2f} |")
   return "\n".join(lines) + "\n"
 
