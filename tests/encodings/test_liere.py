@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 
@@ -26,6 +27,12 @@ GOLDEN_CASES = tuple((case["name"], case) for case in GOLDENS["cases"])
 GOLDEN_ATOL = 2e-5
 
 
+# Jitted once for the file (issue 44): an eager LieRE call compiles each primitive on its own
+# (~30 programs a call). One golden case keeps the eager path (test_runs_op_by_op_outside_jit).
+_apply = jax.jit(liere.apply_liere)
+_rotations = jax.jit(liere.liere_rotations, static_argnames=("max_squarings", "table_size"))
+
+
 def _generators_of(case) -> jax.Array:
   params = np.asarray(case["generator_params"], np.float32)
   num_axes = len(case["positions"][0])
@@ -38,6 +45,7 @@ def _generators_of(case) -> jax.Array:
   return liere.comrope_ld_generators(params, np.asarray(case["multipliers"], np.float32))
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
 def _random_generators(seed, variant, num_axes, heads=2, blocks=3, size=4) -> jax.Array:
   keys = jax.random.split(jax.random.key(seed), 2)
   if variant == "liere":
@@ -51,26 +59,37 @@ def _random_generators(seed, variant, num_axes, heads=2, blocks=3, size=4) -> ja
 
 def _relative_error(generators, p, p_other) -> float:
   """max |R(p)^T R(p') - R(p' - p)| over blocks."""
+  return float(_relative_error_jit(generators, p, p_other))
+
+
+@jax.jit
+def _relative_error_jit(generators, p, p_other):
   rotations = liere.liere_rotations(jnp.stack([p, p_other]), generators)
   product = jnp.einsum("...ji,...jk->...ik", rotations[0], rotations[1])
   relative = liere.liere_rotations((p_other - p)[None], generators)[0]
-  return float(jnp.max(jnp.abs(product - relative)))
+  return jnp.max(jnp.abs(product - relative))
 
 
 class GoldenTest(chex.TestCase):
   """The authors' code (tests/golden/make_liere_goldens.py) against ours."""
 
-  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(*GOLDEN_CASES)
   def test_matches_the_authors_code(self, case):
     generators = _generators_of(case)
     query = jnp.asarray(case["query"], jnp.float32)
     positions = jnp.asarray(case["positions"], jnp.float32)
-    rotated = self.variant(liere.apply_liere)(query, positions, generators)
+    rotated = _apply(query, positions, generators)
     want = np.asarray(case["rotated"], np.float32)
     chex.assert_shape(rotated, want.shape)
     chex.assert_type(rotated, jnp.float32)
     np.testing.assert_allclose(np.asarray(rotated), want, atol=GOLDEN_ATOL, rtol=0)
+
+  def test_runs_op_by_op_outside_jit(self):
+    case = dict(GOLDEN_CASES)["comrope_ld_3d"]
+    rotated = liere.apply_liere(jnp.asarray(case["query"], jnp.float32),
+                                jnp.asarray(case["positions"], jnp.float32), _generators_of(case))
+    np.testing.assert_allclose(np.asarray(rotated), np.asarray(case["rotated"], np.float32),
+                               atol=GOLDEN_ATOL, rtol=0)
 
   def test_goldens_cover_every_variant_and_dimension(self):
     covered = {(c["variant"], len(c["positions"][0])) for c in GOLDENS["cases"]}
@@ -92,7 +111,7 @@ class ExponentialTest(parameterized.TestCase):
     params = jax.random.normal(jax.random.key(size), (1, 1, 1, size, size))
     generators = liere.skew_symmetric(params)
     positions = jnp.asarray([[0.0], [0.3], [1.0], [3.0], [7.5], [20.0], [90.0]], jnp.float32)
-    rotations = np.asarray(liere.liere_rotations(positions, generators))[:, 0, 0]
+    rotations = np.asarray(_rotations(positions, generators))[:, 0, 0]
     generator = np.asarray(generators, np.float64)[0, 0, 0]
     for n, p in enumerate(np.asarray(positions)[:, 0]):
       want = scipy.linalg.expm(float(p) * generator)
@@ -116,9 +135,10 @@ class ExponentialTest(parameterized.TestCase):
     def loss(p):
       return jnp.sum(jnp.sin(liere.apply_liere(x, positions, liere.liere_generators(p))))
 
-    grad = jax.grad(loss)(params)
+    grad = jax.jit(jax.grad(loss))(params)
     chex.assert_tree_all_finite(grad)
     eps = 3e-3  # float32 central differences: truncation and rounding both ~1e-4 here.
+    loss = jax.jit(loss)
     numeric = (loss(params + eps * direction) - loss(params - eps * direction)) / (2 * eps)
     np.testing.assert_allclose(float(jnp.sum(grad * direction)), float(numeric), rtol=2e-3)
 
@@ -140,10 +160,10 @@ class PositionTableTest(parameterized.TestCase):
       rotations = liere.liere_rotations(self.positions[..., None], generators, table_size=table)
       return jnp.sum(jnp.sin(liere.apply_block_rotations(x, rotations)))
 
-    direct = liere.liere_rotations(self.positions[..., None], self.generators)
+    direct = _rotations(self.positions[..., None], self.generators)
     for table in (12, 40):
       np.testing.assert_allclose(
-          liere.liere_rotations(self.positions[..., None], self.generators, table_size=table),
+          _rotations(self.positions[..., None], self.generators, table_size=table),
           direct, atol=1e-7)
       grad = jax.jit(jax.grad(loss), static_argnums=1)
       np.testing.assert_allclose(grad(self.generators, table), grad(self.generators, None),
@@ -234,10 +254,10 @@ class PropertiesTest(chex.TestCase):
                                rtol=1e-4, atol=5e-5)
     # LieRE with 3 non-commuting generators per block does not keep them.
     liere_generators = _random_generators(2, "liere", 3, heads=1, blocks=3, size=4)
-    base = jnp.einsum("nhd,mhd->hnm", liere.apply_liere(q, positions, liere_generators),
-                      liere.apply_liere(k, positions, liere_generators))
-    other = jnp.einsum("nhd,mhd->hnm", liere.apply_liere(q, shifted, liere_generators),
-                       liere.apply_liere(k, shifted, liere_generators))
+    base = jnp.einsum("nhd,mhd->hnm", _apply(q, positions, liere_generators),
+                      _apply(k, positions, liere_generators))
+    other = jnp.einsum("nhd,mhd->hnm", _apply(q, shifted, liere_generators),
+                       _apply(k, shifted, liere_generators))
     self.assertGreater(float(jnp.max(jnp.abs(base - other))), 1e-2)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -259,17 +279,17 @@ class PropertiesTest(chex.TestCase):
     generators = _random_generators(3, "liere", 1, heads=2, blocks=2, size=4)  # K = 2
     positions = jnp.arange(5, dtype=jnp.int32)[:, None]
     x = jax.random.normal(jax.random.key(8), (5, 4, 8))  # H = 4: heads 0, 1 -> 0; 2, 3 -> 1.
-    out = liere.apply_liere(x, positions, generators)
+    out = _apply(x, positions, generators)
     repeated = jnp.repeat(generators, 2, axis=1)  # K = 4, one rotation head per query head.
-    np.testing.assert_allclose(np.asarray(out),
-                               np.asarray(liere.apply_liere(x, positions, repeated)), atol=1e-6)
-    self.assertGreater(float(jnp.max(jnp.abs(out[:, 0] - liere.apply_liere(
+    np.testing.assert_allclose(np.asarray(out), np.asarray(_apply(x, positions, repeated)),
+                               atol=1e-6)
+    self.assertGreater(float(jnp.max(jnp.abs(out[:, 0] - _apply(
         x, positions, generators[:, 1:])[:, 0]))), 1e-2)  # Head 0 does not use K head 1.
 
   def test_output_dtype_follows_input(self):
     generators = _random_generators(4, "comrope_ld", 2)
     x = jax.random.normal(jax.random.key(9), (4, 2, 12)).astype(jnp.bfloat16)
-    out = liere.apply_liere(x, position_grids.image_positions(2, 2), generators)
+    out = _apply(x, position_grids.image_positions(2, 2), generators)
     chex.assert_type(out, jnp.bfloat16)
 
   def test_interpolated_float_positions_are_accepted(self):
@@ -277,10 +297,10 @@ class PropertiesTest(chex.TestCase):
     scale = position_grids.interpolation_scale((2, 2), (4, 4))
     positions = position_grids.image_positions(4, 4, scale=scale)  # float32 0, 0.5, ...
     x = jax.random.normal(jax.random.key(10), (16, 2, 12))
-    out = liere.apply_liere(x, positions, generators)
+    out = _apply(x, positions, generators)
     # Position (0.5, 0.5) applied twice is position (1, 1) (commuting generators).
-    half = liere.liere_rotations(positions[5:6], generators)[0]
-    whole = liere.liere_rotations(jnp.asarray([[1, 1]], jnp.int32), generators)[0]
+    half = _rotations(positions[5:6], generators)[0]
+    whole = _rotations(jnp.asarray([[1, 1]], jnp.int32), generators)[0]
     np.testing.assert_allclose(np.asarray(half @ half), np.asarray(whole), atol=2e-6)
     chex.assert_tree_all_finite(out)
 
@@ -295,8 +315,8 @@ class ModuleTest(parameterized.TestCase):
     positions = jnp.arange(6, dtype=jnp.int32)[None] * 5
     inv_freq, _ = rope.rope_inv_freq(rope.RopeConfig(16))
     want = rope.apply_rope(x, positions, inv_freq, layout="interleaved")
-    np.testing.assert_allclose(np.asarray(module(x, positions[..., None])), np.asarray(want),
-                               atol=2e-5)
+    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x, p: m(x, p))(
+        module, x, positions[..., None])), np.asarray(want), atol=2e-5)
 
   def test_rope_init_in_2d_is_axial_on_block_partition(self):
     module = liere_rotation.LieRERotation(16, 1, num_axes=2, block_size=4, variant="liere",
@@ -323,7 +343,7 @@ class ModuleTest(parameterized.TestCase):
                                           init="rope", rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (4, 1, 8))
     positions = position_grids.image_positions(2, 2)
-    grads = nnx.grad(lambda m: jnp.sum(jnp.sin(3 * m(x, positions))))(module)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.sum(jnp.sin(3 * m(x, positions)))))(module)
     self.assertGreater(float(jnp.max(jnp.abs(grads.generator_params[...]))), 0.0)
     self.assertGreater(float(jnp.max(jnp.abs(grads.multipliers[...]))), 0.0)
 

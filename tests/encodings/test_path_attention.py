@@ -28,6 +28,12 @@ def _inputs(seed=0, value_dim=6):
   return q, k, v, w, beta
 
 
+# Jitted once for the file (issue 44: an eager call compiles op by op, ~100 programs a call);
+# the eager path keeps one case (test_runs_op_by_op_outside_jit).
+_path_attention = jax.jit(path_attention, static_argnames=("block_size", "dense"))
+
+
+@jax.jit
 def _reference(q, k, v, w, beta, segment_ids=None):
   """Masked softmax over the whole PaTH logits, written out (float32)."""
   logits = path_logits(q, k, w, beta, chunk_size=5) / np.sqrt(_D)
@@ -40,20 +46,24 @@ def _reference(q, k, v, w, beta, segment_ids=None):
 
 class PathAttentionTest(chex.TestCase):
 
-  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((1, None), (4, None), (7, _SEGMENTS), (19, _SEGMENTS), (64, None))
   def test_equals_softmax_over_path_logits(self, block_size, segment_ids):
     q, k, v, w, beta = _inputs()
-    got = self.variant(lambda *a: path_attention(*a, block_size=block_size,
-                                                 segment_ids=segment_ids))(q, k, v, w, beta)
+    got = _path_attention(q, k, v, w, beta, block_size=block_size, segment_ids=segment_ids)
     chex.assert_shape(got, (_B, _L, _H, 6))
     np.testing.assert_allclose(got, _reference(q, k, v, w, beta, segment_ids), rtol=1e-5,
                                atol=1e-5)
 
+  def test_runs_op_by_op_outside_jit(self):
+    q, k, v, w, beta = _inputs()
+    got = path_attention(q, k, v, w, beta, block_size=7, segment_ids=_SEGMENTS)
+    np.testing.assert_allclose(got, _reference(q, k, v, w, beta, _SEGMENTS), rtol=1e-5,
+                               atol=1e-5)
+
   def test_dense_form_equals_blockwise(self):
     q, k, v, w, beta = _inputs(seed=1)
-    blockwise = path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS)
-    dense = path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS, dense=True)
+    blockwise = _path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS)
+    dense = _path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS, dense=True)
     np.testing.assert_allclose(blockwise, dense, rtol=1e-5, atol=1e-5)
 
   def test_gradients_equal_the_reference(self):
@@ -63,21 +73,21 @@ class PathAttentionTest(chex.TestCase):
     got = jax.jit(jax.grad(loss(lambda *a: path_attention(*a, block_size=4,
                                                           segment_ids=_SEGMENTS)),
                            argnums=(0, 1, 2, 3, 4)))(q, k, v, w, beta)
-    expected = jax.grad(loss(lambda *a: _reference(*a, _SEGMENTS)),
-                        argnums=(0, 1, 2, 3, 4))(q, k, v, w, beta)
+    expected = jax.jit(jax.grad(loss(lambda *a: _reference(*a, _SEGMENTS)),
+                                argnums=(0, 1, 2, 3, 4)))(q, k, v, w, beta)
     for name, g, e in zip(("dq", "dk", "dv", "dw", "dbeta"), got, expected):
       np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=name)
 
   def test_a_document_does_not_see_the_one_packed_before_it(self):
     q, k, v, w, beta = _inputs(seed=4)
-    packed = path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS)
-    alone = path_attention(q[:1, 7:], k[:1, 7:], v[:1, 7:], w[:1, 7:], beta[:1, 7:],
-                           block_size=4)
+    packed = _path_attention(q, k, v, w, beta, block_size=4, segment_ids=_SEGMENTS)
+    alone = _path_attention(q[:1, 7:], k[:1, 7:], v[:1, 7:], w[:1, 7:], beta[:1, 7:],
+                            block_size=4)
     np.testing.assert_allclose(packed[:1, 7:], alone, rtol=1e-5, atol=1e-5)
 
   def test_bfloat16_in_bfloat16_out(self):
     q, k, v, w, beta = (jnp.asarray(x, jnp.bfloat16) for x in _inputs(seed=5))
-    got = path_attention(q, k, v, w, beta, block_size=8)
+    got = _path_attention(q, k, v, w, beta, block_size=8)
     chex.assert_type(got, jnp.bfloat16)
     chex.assert_tree_all_finite(got)
 

@@ -26,12 +26,27 @@ from pejax.nn.attention.mask import chunk_ids
 blockwise_module = importlib.import_module("pejax.nn.attention.blockwise")
 
 
-def _plain(q, k, v, *, q_positions, k_positions, chunk_size, window=None, q_seg=None,
-           k_seg=None, q_offset=0, kv_length=None):
-  """Softmax of the masked logits left to autodiff, with the mask built in numpy from positions."""
+# Jitted once for the file (issue 44): eager attention compiles op by op (~50 programs a call).
+_attention = jax.jit(attention, static_argnames=("implementation", "block_size", "chunk_size",
+                                                 "window"))
+
+
+@jax.jit
+def _plain_given_mask(q, k, v, mask):
   groups = q.shape[2] // k.shape[2]
   k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+  probs = jax.nn.softmax(jnp.where(mask[:, None], logits, -1e30), axis=-1)
+  return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def _plain(q, k, v, **mask_args):
+  """Softmax of the masked logits left to autodiff, with the mask built in numpy from positions."""
+  return _plain_given_mask(q, k, v, _plain_mask(q, k, **mask_args))
+
+
+def _plain_mask(q, k, *, q_positions, k_positions, chunk_size, window=None, q_seg=None,
+                k_seg=None, q_offset=0, kv_length=None):
   qp, kp = np.asarray(q_positions), np.asarray(k_positions)
   q_slots = q_offset + np.arange(q.shape[1])
   k_slots = np.arange(k.shape[1])
@@ -43,8 +58,7 @@ def _plain(q, k, v, *, q_positions, k_positions, chunk_size, window=None, q_seg=
   mask = mask & (kp[:, None, :] // chunk_size == qp[:, :, None] // chunk_size)
   if q_seg is not None:
     mask = mask & (np.asarray(q_seg)[:, :, None] == np.asarray(k_seg)[:, None, :])
-  probs = jax.nn.softmax(jnp.where(jnp.asarray(mask)[:, None], logits, -1e30), axis=-1)
-  return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+  return jnp.asarray(mask)
 
 
 def _qkv(batch, q_len, k_len, heads=4, kv_heads=2, dim=8, seed=0):
@@ -126,12 +140,14 @@ class ChunkedAttentionTest(parameterized.TestCase):
         return jnp.sum(out * jnp.cos(out)), out
       return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True))(q, k, v)
 
+    mask = _plain_mask(q, k, **args)
+
     def plain_loss(q, k, v):
-      out = _plain(q, k, v, **args)
+      out = _plain_given_mask(q, k, v, mask)
       return jnp.sum(out * jnp.cos(out)), out
 
-    (_, expected), expected_grads = jax.value_and_grad(plain_loss, argnums=(0, 1, 2),
-                                                       has_aux=True)(q, k, v)
+    (_, expected), expected_grads = jax.jit(jax.value_and_grad(
+        plain_loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
     for impl in ("dense", "blockwise"):
       (_, out), grads = loss(impl)
       chex.assert_trees_all_close(out, expected, atol=2e-6)
@@ -141,8 +157,8 @@ class ChunkedAttentionTest(parameterized.TestCase):
     # The claim is not vacuous: positions past the first chunk attend differently.
     q, k, v = _qkv(1, 12, 12)
     positions = jnp.arange(12, dtype=jnp.int32)[None]
-    chunked = attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=4)
-    full = attention(q, k, v, q_positions=positions, k_positions=positions)
+    chunked = _attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=4)
+    full = _attention(q, k, v, q_positions=positions, k_positions=positions)
     np.testing.assert_allclose(chunked[:, :4], full[:, :4], atol=1e-6)
     self.assertGreater(float(jnp.abs(chunked[:, 4:] - full[:, 4:]).min(axis=(0, 2, 3)).min()),
                        1e-4)
@@ -153,9 +169,9 @@ class ChunkedAttentionTest(parameterized.TestCase):
                            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]], jnp.int32)
     segments = jnp.array([[1] * 6 + [2] * 5 + [3] * 3, [1] * 14], jnp.int32)
     q, k, v = _qkv(2, 14, 14, seed=3)
-    out = attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=3,
-                    q_segment_ids=segments, k_segment_ids=segments, implementation=impl,
-                    block_size=4)
+    out = _attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=3,
+                     q_segment_ids=segments, k_segment_ids=segments, implementation=impl,
+                     block_size=4)
     expected = _plain(q, k, v, q_positions=positions, k_positions=positions, chunk_size=3,
                       q_seg=segments, k_seg=segments)
     np.testing.assert_allclose(out, expected, atol=2e-6)
@@ -166,9 +182,9 @@ class ChunkedAttentionTest(parameterized.TestCase):
     q, k, v = _qkv(1, 3, 16, seed=5)
     k_positions = jnp.concatenate([jnp.arange(12), jnp.zeros(4, jnp.int32)])[None]
     q_positions = jnp.arange(9, 12, dtype=jnp.int32)[None]
-    out = attention(q, k, v, q_positions=q_positions, k_positions=k_positions, chunk_size=4,
-                    q_offset=jnp.int32(9), kv_length=jnp.int32(12), implementation=impl,
-                    block_size=4)
+    out = _attention(q, k, v, q_positions=q_positions, k_positions=k_positions, chunk_size=4,
+                     q_offset=jnp.int32(9), kv_length=jnp.int32(12), implementation=impl,
+                     block_size=4)
     expected = _plain(q, k, v, q_positions=q_positions, k_positions=k_positions, chunk_size=4,
                       q_offset=9, kv_length=12)
     np.testing.assert_allclose(out, expected, atol=2e-6)
@@ -177,8 +193,8 @@ class ChunkedAttentionTest(parameterized.TestCase):
   def test_with_sliding_window(self, impl):
     q, k, v = _qkv(1, 17, 17, seed=7)
     positions = jnp.arange(17, dtype=jnp.int32)[None]
-    out = attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=6,
-                    window=4, implementation=impl, block_size=4)
+    out = _attention(q, k, v, q_positions=positions, k_positions=positions, chunk_size=6,
+                     window=4, implementation=impl, block_size=4)
     expected = _plain(q, k, v, q_positions=positions, k_positions=positions, chunk_size=6,
                       window=4)
     np.testing.assert_allclose(out, expected, atol=2e-6)

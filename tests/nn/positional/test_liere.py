@@ -34,6 +34,17 @@ def _pe(pe_class, config):
   return pe_class(config, DecoderConfig(pe=config, **_TINY), rngs=nnx.Rngs(0))
 
 
+# Jitted once for the file (issue 44): an eager rotate or gradient compiles op by op.
+_rotate = nnx.jit(lambda pe, q, k, q_positions, k_positions: pe.rotate(q, k, q_positions,
+                                                                        k_positions))
+_apply_liere = jax.jit(liere.apply_liere)
+
+
+@nnx.jit
+def _grads_of_mean_square(model, tokens):
+  return nnx.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+
+
 def _randomize(pe, seed=0):
   state = nnx.state(pe, nnx.Param)
   leaves, treedef = jax.tree.flatten(state)
@@ -66,11 +77,11 @@ class BlockRotationPETest(parameterized.TestCase):
   @parameterized.named_parameters(*_CONFIGS)
   def test_default_init_is_interleaved_rope(self, config_class, pe_class):
     # init="rope": before training the PE rotates exactly as RoPE (interleaved pairs) does.
-    got = _pe(pe_class, config_class(base=500.0)).rotate(self.q, self.k, self.positions,
-                                                         self.positions)
+    got = _rotate(_pe(pe_class, config_class(base=500.0)), self.q, self.k, self.positions,
+                  self.positions)
     rope_config = RotaryConfig(base=500.0, layout="interleaved")
-    want = RotaryPE(rope_config, DecoderConfig(pe=rope_config, **_TINY),
-                    rngs=nnx.Rngs(0)).rotate(self.q, self.k, self.positions, self.positions)
+    want = _rotate(RotaryPE(rope_config, DecoderConfig(pe=rope_config, **_TINY),
+                            rngs=nnx.Rngs(0)), self.q, self.k, self.positions, self.positions)
     for a, b in zip(got, want):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
@@ -81,7 +92,7 @@ class BlockRotationPETest(parameterized.TestCase):
     far = self.positions + 100
 
     def logits(positions):
-      q, k = pe.rotate(self.q, self.k, positions, positions)
+      q, k = _rotate(pe, self.q, self.k, positions, positions)
       k = jnp.repeat(k, 2, axis=2)  # Query head h reads key head h // 2.
       return jnp.einsum("blhd,bmhd->bhlm", q, k)
 
@@ -97,9 +108,9 @@ class BlockRotationPETest(parameterized.TestCase):
     _randomize(pe)
     generators = pe.rotation.generators()  # [1, K=2, M=4, 4, 4]
     self.assertEqual(generators.shape, (1, 2, 4, 4, 4))
-    q, _ = pe.rotate(self.q, self.k, self.positions, self.positions)
+    q, _ = _rotate(pe, self.q, self.k, self.positions, self.positions)
     per_query_head = jnp.repeat(generators, 2, axis=1)  # Heads 0, 1 -> K head 0; 2, 3 -> 1.
-    want = liere.apply_liere(self.q, self.positions[..., None], per_query_head)
+    want = _apply_liere(self.q, self.positions[..., None], per_query_head)
     np.testing.assert_allclose(np.asarray(q), np.asarray(want), atol=1e-6)
 
   def test_comrope_ld_is_ap_with_scaled_matrices_in_1d(self):
@@ -109,8 +120,8 @@ class BlockRotationPETest(parameterized.TestCase):
     theta = ld.rotation.multipliers[...]  # [1, M]
     ap.rotation.generator_params[...] = ld.rotation.generator_params[...] * theta[0][None, :,
                                                                                       None, None]
-    for a, b in zip(ld.rotate(self.q, self.k, self.positions, self.positions),
-                    ap.rotate(self.q, self.k, self.positions, self.positions)):
+    for a, b in zip(_rotate(ld, self.q, self.k, self.positions, self.positions),
+                    _rotate(ap, self.q, self.k, self.positions, self.positions)):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)  # Rounding order.
 
   @parameterized.named_parameters(*_CONFIGS)
@@ -119,7 +130,7 @@ class BlockRotationPETest(parameterized.TestCase):
     model = Decoder(DecoderConfig(pe=config_class(block_size=4), **_TINY), rngs=nnx.Rngs(0))
     self.assertLen(model.pes, _TINY["num_layers"])
     tokens = jax.random.randint(jax.random.key(2), (2, 12), 0, 32, dtype=jnp.int32)
-    grads = nnx.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+    grads = _grads_of_mean_square(model, tokens)
     for layer in range(_TINY["num_layers"]):
       g = grads.pes[layer].rotation.generator_params[...]
       self.assertGreater(float(jnp.max(jnp.abs(g))), 0.0, f"layer {layer}")
@@ -131,7 +142,7 @@ class BlockRotationPETest(parameterized.TestCase):
     # 16 = 2 * 6 + 4: with b = 6 (random init) the last 4 channels pass through.
     config = config_class(block_size=6, init="random")
     pe = _pe(pe_class, config)
-    q, _ = pe.rotate(self.q, self.k, self.positions, self.positions)
+    q, _ = _rotate(pe, self.q, self.k, self.positions, self.positions)
     np.testing.assert_array_equal(np.asarray(q[..., 12:]), np.asarray(self.q[..., 12:]))
 
   @parameterized.named_parameters(*_CONFIGS)
@@ -158,8 +169,8 @@ class BlockRotationPETest(parameterized.TestCase):
     _randomize(plain)
     nnx.update(tabled, nnx.state(plain, nnx.Param))
     positions = np.array([[0, 2, 5, 9, 20], [1, 3, 4, 22, 23]], np.int32)
-    for got, want in zip(tabled.rotate(self.q, self.k, positions, positions),
-                         plain.rotate(self.q, self.k, positions, positions)):
+    for got, want in zip(_rotate(tabled, self.q, self.k, positions, positions),
+                         _rotate(plain, self.q, self.k, positions, positions)):
       np.testing.assert_allclose(got, want, atol=1e-6)
     q, _ = jax.jit(tabled.rotate)(self.q, self.k, positions + 4, positions)  # 26 >= 24.
     self.assertTrue(bool(jnp.all(jnp.isnan(q[1, 3:]))))
