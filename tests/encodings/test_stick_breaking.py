@@ -20,6 +20,12 @@ _GOLDENS = json.loads((pathlib.Path(__file__).parent /
                        "stick_breaking_goldens.json").read_text())["cases"]
 
 
+# Jitted once for the file (issue 44): an eager call compiles each primitive on its own (~60
+# programs a call); test_runs_op_by_op_outside_jit keeps one eager case.
+_attention = jax.jit(stick_breaking_attention,
+                     static_argnames=("attend_current", "remainder", "block_size"))
+
+
 def _to_pejax(x):  # The reference's [B, H, L, D] -> [B, L, H, D].
   return np.swapaxes(np.asarray(x, np.float32), 1, 2)
 
@@ -57,21 +63,26 @@ def _written_out(q, k, v, *, attend_current, remainder):
 class StickBreakingGoldenTest(chex.TestCase):
   """Pinned to shawntan/stickbreaking-attention's sb_ref (commit 3147a38, torch 2.13.0)."""
 
-  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(name=tuple(_GOLDENS), block_size=(None, 3))
   def test_output_and_gradients_match_the_reference(self, name, block_size):
     case = _GOLDENS[name]
     q, k, v = (_to_pejax(case[key]) for key in ("q", "k", "v"))
     cotangent = _to_pejax(case["cotangent"])
-    run = lambda q, k, v: stick_breaking_attention(
-        q, k, v, attend_current=case["attend_current"], block_size=block_size)
-    chex.assert_trees_all_close(self.variant(run)(q, k, v), _to_pejax(case["out"]), rtol=1e-5,
-                                atol=1e-5)
-    grads = self.variant(jax.grad(lambda *a: jnp.sum(run(*a) * cotangent), argnums=(0, 1, 2)))(
+    run = lambda q, k, v: _attention(q, k, v, attend_current=case["attend_current"],
+                                     block_size=block_size)
+    chex.assert_trees_all_close(run(q, k, v), _to_pejax(case["out"]), rtol=1e-5, atol=1e-5)
+    grads = jax.jit(jax.grad(lambda *a: jnp.sum(run(*a) * cotangent), argnums=(0, 1, 2)))(
         q, k, v)
     for got, key in zip(grads, ("dq", "dk", "dv")):
       chex.assert_trees_all_close(got, _to_pejax(case[key]), rtol=1e-5, atol=1e-5,
                                   custom_message=key)
+
+  def test_runs_op_by_op_outside_jit(self):
+    name = next(iter(_GOLDENS))
+    case = _GOLDENS[name]
+    q, k, v = (_to_pejax(case[key]) for key in ("q", "k", "v"))
+    got = stick_breaking_attention(q, k, v, attend_current=case["attend_current"], block_size=3)
+    chex.assert_trees_all_close(got, _to_pejax(case["out"]), rtol=1e-5, atol=1e-5)
 
 
 class StickBreakingPropertyTest(parameterized.TestCase):
@@ -80,7 +91,7 @@ class StickBreakingPropertyTest(parameterized.TestCase):
                          block_size=(None, 1, 4, 64))
   def test_equals_the_weights_written_out(self, attend_current, remainder, block_size):
     q, k, v = _inputs()
-    got = stick_breaking_attention(q, k, v, attend_current=attend_current, remainder=remainder,
+    got = _attention(q, k, v, attend_current=attend_current, remainder=remainder,
                                    block_size=block_size)
     np.testing.assert_allclose(got, _written_out(q, k, v, attend_current=attend_current,
                                                  remainder=remainder), rtol=1e-5, atol=1e-5)
@@ -88,7 +99,7 @@ class StickBreakingPropertyTest(parameterized.TestCase):
   def test_weights_are_a_broken_stick(self):
     logits = jnp.asarray(np.random.default_rng(1).normal(size=(3, 6, 6)) * 3.0, jnp.float32)
     mask = jnp.tril(jnp.ones((6, 6), bool), -1)
-    weights = np.exp(np.asarray(stick_breaking_log_weights(logits, mask)))
+    weights = np.exp(np.asarray(jax.jit(stick_breaking_log_weights)(logits, mask)))
     self.assertTrue(np.all(weights >= 0.0))
     self.assertTrue(np.all(weights.sum(-1) <= 1.0 + 1e-6))
     np.testing.assert_array_equal(weights[:, ~np.asarray(mask)], 0.0)
@@ -101,25 +112,25 @@ class StickBreakingPropertyTest(parameterized.TestCase):
     q, k, v = _inputs(seed=2)
     segments = np.array([[1] * 4 + [2] * 6, [5] * 10], np.int32)
     for block_size in (None, 3):
-      packed = stick_breaking_attention(q, k, v, segment_ids=segments, block_size=block_size)
-      alone = stick_breaking_attention(q[:1, 4:], k[:1, 4:], v[:1, 4:], block_size=block_size)
+      packed = _attention(q, k, v, segment_ids=segments, block_size=block_size)
+      alone = _attention(q[:1, 4:], k[:1, 4:], v[:1, 4:], block_size=block_size)
       np.testing.assert_allclose(packed[:1, 4:], alone, rtol=1e-5, atol=1e-5)
 
   def test_masked_rows_at_slots_equal_the_full_sequence(self):
     q, k, v = _inputs(seed=3)
-    full = stick_breaking_attention(q, k, v)
+    full = _attention(q, k, v)
     slots = jnp.arange(6, 10)
     keys = jnp.arange(12)  # two empty slots after the text: masked, junk values
     k12 = jnp.concatenate([k, 9.0 + jnp.zeros_like(k[:, :2])], axis=1)
     v12 = jnp.concatenate([v, 9.0 + jnp.zeros_like(v[:, :2])], axis=1)
     mask = ((keys[None, :] <= slots[:, None]) & (keys[None, :] < 10))[None, None]
-    got = stick_breaking_attention(q[:, 6:], k12, v12, mask=mask, q_slots=slots)
+    got = _attention(q[:, 6:], k12, v12, mask=mask, q_slots=slots)
     np.testing.assert_allclose(got, full[:, 6:], rtol=1e-5, atol=1e-5)
 
   def test_bfloat16_in_bfloat16_out(self):
     q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in _inputs(seed=4))
     for block_size in (None, 4):
-      got = stick_breaking_attention(q, k, v, block_size=block_size)
+      got = _attention(q, k, v, block_size=block_size)
       chex.assert_type(got, jnp.bfloat16)
       chex.assert_tree_all_finite(got)
 

@@ -82,19 +82,26 @@ class PathPETest(parameterized.TestCase):
     q = jax.random.normal(jax.random.key(5), (2, 7, 4, 8))
     k = jax.random.normal(jax.random.key(6), (2, 8, 2, 8))  # slot 7 is empty
     v = jax.random.normal(jax.random.key(7), (2, 8, 2, 8))
-    features, _ = pe.features(x, q, jnp.arange(7, dtype=jnp.int32)[None])
-    k_features = jnp.concatenate([features, jnp.zeros_like(features[:, :1])], axis=1)
-    full = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features, mask=None,
-                     q_slots=None, segment_ids=None, implementation="dense", block_size=4)
-    slots = jnp.arange(4, 7)
-    mask = (jnp.arange(8)[None, :] <= slots[:, None])[None, None]
-    rows = pe.attend(q[:, 4:], k, v, q_features=features[:, 4:], k_features=k_features,
-                     mask=mask, q_slots=slots, segment_ids=None, implementation="dense",
-                     block_size=4)
+
+    @nnx.jit  # One program (eagerly, each primitive compiles on its own: ~225 programs).
+    def calls(pe, x, q, k, v):
+      features, _ = pe.features(x, q, jnp.arange(7, dtype=jnp.int32)[None])
+      k_features = jnp.concatenate([features, jnp.zeros_like(features[:, :1])], axis=1)
+      full = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features,
+                       mask=None, q_slots=None, segment_ids=None, implementation="dense",
+                       block_size=4)
+      slots = jnp.arange(4, 7)
+      mask = (jnp.arange(8)[None, :] <= slots[:, None])[None, None]
+      rows = pe.attend(q[:, 4:], k, v, q_features=features[:, 4:], k_features=k_features,
+                       mask=mask, q_slots=slots, segment_ids=None, implementation="dense",
+                       block_size=4)
+      blockwise = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features,
+                            mask=None, q_slots=None, segment_ids=None,
+                            implementation="blockwise", block_size=2)
+      return full, rows, blockwise
+
+    full, rows, blockwise = calls(pe, x, q, k, v)
     np.testing.assert_allclose(rows, full[:, 4:], rtol=1e-5, atol=1e-5)
-    blockwise = pe.attend(q, k[:, :7], v[:, :7], q_features=features, k_features=features,
-                          mask=None, q_slots=None, segment_ids=None, implementation="blockwise",
-                          block_size=2)
     np.testing.assert_allclose(blockwise, full, rtol=1e-5, atol=1e-5)
 
   @pytest.mark.slow
