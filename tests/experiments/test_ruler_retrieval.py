@@ -45,6 +45,30 @@ class RowsTest(absltest.TestCase):
                                   seed=7, budget=600) for s in range(2)]
     self.assertEqual(fixed[0].text, fixed[1].text)
 
+  def test_a_prompt_longer_than_the_probes_gets_the_budget_it_needs(self):
+    # smallest_budget is measured on 16 probe prompts; some seeds' needles are longer (the full
+    # run died on a 'niah_single_words' prompt that needed 450 bytes at a budget of 448).
+    from pejax.eval import ruler  # pylint: disable=g-import-not-at-top
+    task = "niah_single_words"
+    smallest = ruler_rows.smallest_budget(task)
+    needs_more = None
+    for seed in range(ruler_rows.TRAIN_SEED_BASE, ruler_rows.TRAIN_SEED_BASE + 400):
+      try:
+        ruler.generate(task, length=smallest, tokenizer=ruler.ByteTokenizer(), num_examples=1,
+                       seed=seed)
+      except ValueError:
+        needs_more = seed
+        break
+    self.assertIsNotNone(needs_more, "no seed needs more than the probes: the case is gone")
+    row = ruler_rows.ruler_row(np.random.default_rng(0), task, seq_len=640, seed=needs_more,
+                               budget=smallest)
+    prompt = row.text[:-len(row.answer)]
+    self.assertGreater(len(prompt), smallest)
+    self.assertLessEqual(len(row.text), 641)
+    with self.assertRaisesRegex(ValueError, "length must be at least"):  # Not in the row.
+      ruler_rows.ruler_row(np.random.default_rng(0), task, seq_len=smallest + 48,
+                           seed=needs_more, budget=smallest)
+
   def test_language_model_rows_score_every_byte(self):
     batch = ruler_rows.mixture_batch(np.random.default_rng(0), TEXT, batch_size=3, seq_len=640,
                                      tasks=("niah_single_1",), ruler_fraction=0.0)
