@@ -42,6 +42,25 @@ def _tiny_config():
   return config
 
 
+def _copy_and_parity_settings(*, copy_second_run: bool = True) -> sweep.Settings:
+  """Two tasks, one RoPE model each, cap 600 and a second run of 1200."""
+  return sweep.Settings(
+      tasks=(sweep.TaskSpec("copy", 2, (1, 3), second_run=copy_second_run),
+             sweep.TaskSpec("parity", 2, (1, 3))),
+      variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
+      rescue_steps=1200)
+
+
+def _run_with_fake_training(settings, fake_train):
+  """``run_models`` with ``fake_train`` for training and a fixed evaluation: (outcomes, log)."""
+  lines = []
+  with mock.patch.object(convergence, "train_to_fit", fake_train), \
+      mock.patch.object(scoring, "evaluate", lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
+    out = model_runs.run_models(experiment_config.get_default_config(), settings,
+                                runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
+  return out, lines
+
+
 class CompareTest(absltest.TestCase):
 
   def test_difference_counts_only_beyond_the_seed_range(self):
@@ -269,16 +288,8 @@ class CompareTest(absltest.TestCase):
           steps_to_fit=900 if fits else None, in_dist=1.0 if fits else 0.5,
           best_in_dist=1.0 if fits else 0.6, best_step=100, curve=(), train_seconds=10.0)
 
-    settings = sweep.Settings(
-        tasks=(sweep.TaskSpec("copy", 2, (1, 3)), sweep.TaskSpec("parity", 2, (1, 3))),
-        variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
-        rescue_steps=1200)
-    lines = []
-    with mock.patch.object(convergence, "train_to_fit", fake_train), \
-        mock.patch.object(scoring, "evaluate",
-                          lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
-      out = model_runs.run_models(experiment_config.get_default_config(), settings,
-                              runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
+    settings = _copy_and_parity_settings()
+    out, lines = _run_with_fake_training(settings, fake_train)
     self.assertEqual(calls, [("copy", "copy-rope-s0", 600), ("copy", "copy-rope-s0-cap1200", 1200),
                              ("parity", "parity-rope-s0", 600),
                              ("parity", "parity-rope-s0-cap1200", 1200)])
@@ -308,17 +319,8 @@ class CompareTest(absltest.TestCase):
           steps_to_fit=None, in_dist=0.5, best_in_dist=0.96, best_step=500, curve=(),
           train_seconds=10.0)
 
-    settings = sweep.Settings(
-        tasks=(sweep.TaskSpec("copy", 2, (1, 3), second_run=False),
-               sweep.TaskSpec("parity", 2, (1, 3))),
-        variants=("rope",), seeds=(0,), recipe=convergence.Recipe(max_steps=600),
-        rescue_steps=1200)
-    lines = []
-    with mock.patch.object(convergence, "train_to_fit", fake_train), \
-        mock.patch.object(scoring, "evaluate",
-                          lambda *a, **k: {"arange": {"1": 1.0, "3": 0.5}}):
-      out = model_runs.run_models(experiment_config.get_default_config(), settings,
-                                  runs_dir=pathlib.Path("/nonexistent"), log=lines.append)
+    settings = _copy_and_parity_settings(copy_second_run=False)
+    out, lines = _run_with_fake_training(settings, fake_train)
     # Neither fits; only parity gets the second run.
     self.assertEqual(calls, [("copy-rope-s0", 600), ("parity-rope-s0", 600),
                              ("parity-rope-s0-cap1200", 1200)])
