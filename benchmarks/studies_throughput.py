@@ -72,6 +72,18 @@ def _cpu_s() -> float:
   return usage.ru_utime + usage.ru_stime
 
 
+def _median_seconds(call, repeats: int) -> float:
+  """Median wall seconds of ``call()`` (a jitted call, waited for) after one untimed call."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.block_until_ready(call())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(call())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
 def _matmul_gflops(rows: int, inner: int, cols: int, repeats: int = 50) -> float:
   """GFLOP/s of one jitted ``[rows, inner] @ [inner, cols]`` float32 matmul (the study
   model's MLP projection over a batch; median of ``repeats``): what this core does on the
@@ -80,20 +92,13 @@ def _matmul_gflops(rows: int, inner: int, cols: int, repeats: int = 50) -> float
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   a, b = jnp.ones((rows, inner), jnp.float32), jnp.ones((inner, cols), jnp.float32)
   matmul = jax.jit(jnp.matmul)
-  jax.block_until_ready(matmul(a, b))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(matmul(a, b))
-    times.append(time.perf_counter() - start)
-  return 2.0 * rows * inner * cols / statistics.median(times) / 1e9
+  return 2.0 * rows * inner * cols / _median_seconds(lambda: matmul(a, b), repeats) / 1e9
 
 
 def _fixed_cost_share(model, rows: int, length: int, repeats: int = 20) -> float:
   """The time of a gradient of ``model`` on 1 row over its time on ``rows`` rows (both of
   ``length`` tokens; medians): the share of a step that does not grow with the batch (dispatch,
   per-operation overhead), the most that training N models as one program can save per model."""
-  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   grad = nnx.jit(nnx.grad(lambda m, x, p: jnp.mean(m(x, positions=p) ** 2)))
@@ -101,13 +106,7 @@ def _fixed_cost_share(model, rows: int, length: int, repeats: int = 20) -> float
   def seconds(count: int) -> float:
     tokens = jnp.zeros((count, length), jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (count, length))
-    jax.block_until_ready(grad(model, tokens, positions))
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      jax.block_until_ready(grad(model, tokens, positions))
-      times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return _median_seconds(lambda: grad(model, tokens, positions), repeats)
 
   return seconds(1) / seconds(rows)
 
@@ -156,8 +155,10 @@ def worker_main(args) -> None:
     tokens["computed"] += len(shapes) * max(rows * length for rows, length in shapes)
     tokens["own"] += sum(rows * length for rows, length in shapes)
 
+  count_params = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
   if args.models == 1:
     model = convergence.build_model(configs[0])
+    params = count_params(model)
     optimizer = optimizer_lib.create_optimizer(model, optim, total_steps=recipe.max_steps)
     bound = train_step_lib.bind_train_step(train_step_lib.make_train_step(), model, optimizer)
 
@@ -166,15 +167,15 @@ def worker_main(args) -> None:
       count([batch])
       return bound(train_step_lib.model_inputs(batch))["loss"]
   else:
-    model = convergence.build_model(configs[0])
-    stack = many.ModelStack([convergence.build_model(c) for c in configs], optim,
-                            total_steps=recipe.max_steps)
+    models = [convergence.build_model(c) for c in configs]
+    params = count_params(models[0])
+    stack = many.ModelStack(models, optim, total_steps=recipe.max_steps)
+    del models
 
     def step():
       batches = [make(rng, steps_taken[0]) for make, rng in zip(makers, rngs)]
       count(batches)
       return stack.step(batches)["loss"]
-  params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
   def segment(steps: int) -> dict:
     wall, cpu = time.perf_counter(), _cpu_s()
