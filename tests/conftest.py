@@ -126,6 +126,56 @@ def _xla_optimized(request):
     jax.config.update("jax_disable_most_optimizations", True)
 
 
+# --- Compiled programs live as long as their test module --------------------------------------
+# Every executable XLA:CPU loads maps its code and data into the process: about 6.5 memory maps
+# each (measured: 300 jitted functions kept alive, 436 -> 2456 maps). jax.jit keeps every
+# program it compiled for as long as the function object lives, and a test module's jitted
+# functions live at module level, so an xdist worker that runs half of the suite accumulated
+# 50,356 maps (2026-12-07, full suite, 5.9 GB resident). Linux refuses a process more than
+# vm.max_map_count maps (65,530 by default): past it every mmap fails, so XLA crashes inside
+# whatever maps memory next (a segmentation fault in the persistent cache's executable load or
+# write, the "random" crashes of 2026-12-02, -04 and -06) and Python cannot start a thread
+# ("RuntimeError: can't start new thread" in Orbax, CI of 2026-12-07). Releasing them at the
+# end of each module bounds a worker's maps by its largest module's.
+_MAP_WARNING = 30_000
+
+
+def process_memory_maps() -> int | None:
+  """How many memory maps this process has (None where /proc is not available)."""
+  try:
+    with open(f"/proc/{os.getpid()}/maps", "rb") as maps:
+      return sum(1 for _ in maps)
+  except OSError:
+    return None
+
+
+def release_compiled_programs(owner: str, *, warn_above: int = _MAP_WARNING) -> int | None:
+  """Drops every compiled program of this process (``jax.clear_caches``).
+
+  Args:
+    owner: what compiled them (a module name), for the warning.
+    warn_above: warn when the process had more memory maps than this before the release.
+
+  Returns:
+    The memory maps before the release (None without /proc).
+  """
+  maps = process_memory_maps()
+  if maps is not None and maps > warn_above:
+    import warnings  # pylint: disable=import-outside-toplevel
+    warnings.warn(f"{owner} left this process with {maps} memory maps (Linux's default limit "
+                  "is 65,530): it compiles too many programs for one module; split it or share "
+                  "its jitted functions", stacklevel=2)
+  jax.clear_caches()
+  return maps
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs(request):
+  """Drops the module's compiled programs once its tests are done."""
+  yield
+  release_compiled_programs(request.module.__name__)
+
+
 # --- xdist: a crashed worker neither hangs the run nor fails a test at random: its test is run
 # once more, in a replacement worker without cache writes (tests/xdist_scheduling.py)
 def load_test_module(name: str):

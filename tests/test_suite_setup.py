@@ -61,6 +61,25 @@ def test_the_cache_folder_of_this_process_and_its_subprocesses_is_this_hosts(con
   assert os.environ["JAX_COMPILATION_CACHE_DIR"] == cache_dir  # What subprocesses read.
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="memory maps are read in /proc")
+def test_a_modules_compiled_programs_are_released_with_their_maps(conftest_module):
+  """Executables kept alive by live jitted functions (as module-level ones are) hold memory maps
+  until the release that runs after each module; past Linux's limit of 65,530 maps a worker
+  crashed (CI of 2026-12-07)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  conftest_module.release_compiled_programs("before")
+  before = conftest_module.process_memory_maps()
+  kept = [jax.jit(lambda x, i=i: jnp.sin(x) * i) for i in range(100)]
+  for i, f in enumerate(kept):
+    f(jnp.ones((i + 1,))).block_until_ready()  # 100 shapes: 100 programs.
+  with pytest.warns(UserWarning, match=r"this_module left this process with \d+ memory maps"):
+    grown = conftest_module.release_compiled_programs("this_module", warn_above=before + 100)
+  assert grown > before + 300, (before, grown)  # ~6.5 maps a program here.
+  after = conftest_module.process_memory_maps()
+  assert after < before + 100, (before, grown, after)
+  assert len(kept) == 100  # The functions are alive; their programs were released anyway.
+
+
 def test_a_hung_test_is_stopped_by_the_watchdog():
   config = configparser.ConfigParser()
   config.read(ROOT / "setup.cfg")
