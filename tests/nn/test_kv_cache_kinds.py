@@ -150,7 +150,9 @@ class QuantizationTest(parameterized.TestCase):
   @parameterized.named_parameters(*((n, n) for n in pe_names()))
   @pytest.mark.slow
   def test_every_pe(self, name):
-    model = _model(pe=name)
+    # One layer: what a PE changes in the quantized cache is per layer; the two-layer fast-tier
+    # tests above cover a cache of several layers (half the tracing and lowering per PE).
+    model = _model(pe=name, num_layers=1)
     tokens = _tokens()
     prefilled, _ = _prefill(model, tokens, model.init_cache(2, LENGTH, dtype="int8"))
     decoded, _ = _stream(model, tokens, model.init_cache(2, LENGTH, dtype="int8"), prompt=3)
@@ -208,7 +210,8 @@ class WindowRingBufferTest(parameterized.TestCase):
   def test_every_pe(self, name):
     if registry.get_pe_class(name).length_dependent:  # Frequencies of the whole length.
       return
-    self._check(name, capacity=7)  # More slots than the window: the mask still applies it.
+    # More slots than the window: the mask still applies it. One layer, as for quantization.
+    self._check(name, capacity=7, num_layers=1)
 
   @pytest.mark.slow
   def test_rotated_keys(self):
