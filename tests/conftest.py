@@ -33,7 +33,9 @@ below cut that (``python -m pytest`` on 2 cores, see docs/tests.md):
   (``put_executable_and_time``, 2026-12-02 and 2026-12-04; issue 44). Whatever the cause, the
   test a crashed worker was running is run once more in a replacement worker with the persistent
   cache off, reads and writes (``PEJAX_TEST_RERUN_AFTER_CRASH``, set by
-  tests/xdist_scheduling.py), and listed at the end of the run.
+  tests/xdist_scheduling.py), and listed at the end of the run. The likely cause, found
+  2026-12-07, is a worker past Linux's limit of memory maps (``_release_compiled_programs``
+  below); the rerun stays as the safety net.
 
 The per-test watchdog (``timeout`` in ``setup.cfg``, pytest-timeout, thread method) turns a test
 that hangs, in Python or inside XLA, into one failed test, its threads' stacks printed first by
