@@ -238,6 +238,18 @@ class ExitStatusTest(absltest.TestCase):
     with mock.patch.object(experiment, "train_and_evaluate", return_value=stopped):
       self.assertEqual(command_line(["--steps=4"], cwd=cwd)[0], experiment.EXIT_CODES["SIGTERM"])
 
+  def test_a_study_stopped_by_a_signal_exits_with_its_code_and_one_line(self):
+    cwd = self.create_tempdir().full_path
+    from experiments import extrapolation  # pylint: disable=import-outside-toplevel
+    stopped = experiment.TrainingInterrupted("runs/alibi-x", signal_name="SIGTERM", step=2,
+                                             steps=4)
+    with mock.patch.object(extrapolation, "run", side_effect=stopped):
+      code, _, err = command_line(["--study=extrapolation", "--quick"], cwd=cwd)
+    self.assertEqual(code, experiment.EXIT_CODES["SIGTERM"])
+    self.assertEqual(err.strip(), "--study=extrapolation: stopped by SIGTERM at step 2 of 4 in "
+                     "runs/alibi-x: checkpoint saved, nothing evaluated; re-run the same command "
+                     "to resume")
+
   def test_without_a_checkout_a_study_is_a_one_line_pointer_to_launch_py(self):
     cwd = self.create_tempdir().full_path
     code, _, err = command_line(

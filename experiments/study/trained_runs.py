@@ -199,7 +199,19 @@ def train_run(config: ml_collections.ConfigDict, *, runs_dir: os.PathLike | str,
     config.eval.num_tokens = 4 * int(config.data.train_len)
     config.eval.rope_scaling = ""
     config.eval.passkey = False
-  experiment.train_and_evaluate(config, log=(lambda _: None) if quiet else log)
+  result = experiment.train_and_evaluate(config, log=(lambda _: None) if quiet else log)
+  if result.stop_reason in experiment.EXIT_CODES:
+    # Never a model of fewer steps in place of the finished one: a study that went on would
+    # evaluate it and cache that evaluation under the finished run's key (found 2026-12-07: an
+    # extrapolation model stopped at step 1510 was scored, and the scores were reused after it
+    # resumed to 2000). The signal ends the study, as it ends launch.py.
+    raise experiment.TrainingInterrupted(run_dir, signal_name=result.stop_reason,
+                                         step=result.train.final_step, steps=steps)
+  if not is_trained(run_dir, steps, weights=weights):
+    raise RuntimeError(f"{run_dir}: training ended at step "
+                       f"{result.train.final_step if result.train else '?'} of {steps} "
+                       f"({result.stop_reason or 'no final checkpoint'}); it is not a finished "
+                       "model to evaluate")
   info = _run_info(run_dir, config, steps, started, reused=False)
   log(f"trained {run_dir} in {info.seconds:.0f}s: {describe_losses(info)}")
   return info

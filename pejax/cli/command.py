@@ -69,7 +69,11 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues, *,
   try:
     config, overrides, origins = config_resolution.resolve_config(flag_values, studies=studies)
     if "study" in config:
-      studies.run(config, overrides, origins)
+      try:
+        studies.run(config, overrides, origins)
+      except experiment.TrainingInterrupted as e:  # The study's current model is resumable.
+        print(f"--study={value('study')}: {e}", file=sys.stderr)
+        return e.exit_code
       return 0
     if value("init_from_hf") and eval_only:
       from pejax.train import pretrained  # pylint: disable=g-import-not-at-top

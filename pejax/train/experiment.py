@@ -68,6 +68,25 @@ from pejax.train import run_mesh
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
+class TrainingInterrupted(RuntimeError):
+  """A run that a caller needed finished was stopped by SIGINT / SIGTERM (checkpoint saved).
+
+  Raised by code that trains a run and then uses the model (the studies), so that a signal ends
+  the whole command, as it ends ``launch.py``, instead of evaluating an unfinished model.
+
+  Attributes:
+    signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    step: the step the run stopped at.
+    exit_code: the command's exit status (:data:`EXIT_CODES`).
+  """
+
+  def __init__(self, workdir: Any, *, signal_name: str, step: int, steps: int):
+    self.signal_name, self.step = signal_name, int(step)
+    self.exit_code = EXIT_CODES[signal_name]
+    super().__init__(f"stopped by {signal_name} at step {self.step} of {int(steps)} in {workdir}: "
+                     "checkpoint saved, nothing evaluated; re-run the same command to resume")
+
+
 @dataclasses.dataclass
 class ExperimentResult:
   """What :func:`train_and_evaluate` produced.

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
 import pathlib
 import shutil
+import signal
+from unittest import mock
 
 from absl.testing import absltest
 import pytest
@@ -15,6 +19,7 @@ from experiments.study import expectations
 from experiments.study import pe_capabilities
 from experiments.study import study_options
 from pejax import provenance
+from pejax.train import experiment
 
 L = 32
 
@@ -264,6 +269,43 @@ class SmokeTest(absltest.TestCase):
     other = dataclasses.replace(settings, eval_tokens=256)
     with self.assertRaisesRegex(FileNotFoundError, "weights were not kept"):
       extrapolation.run(options(), settings=other, log=lambda _: None)
+
+  @pytest.mark.slow
+  def test_a_signal_stops_the_study_and_nothing_of_the_unfinished_model_is_scored(self):
+    # Found 2026-12-07: a study went on after SIGTERM, scored the step-1510 model of a 2000-step
+    # run and cached the scores under the finished run's key; the resumed run reused them.
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
+    options = study_options.StudyOptions(
+        quick=True, workdir=str(tmp / "report"), steps=4, command="test", pes=("alibi",),
+        overrides={"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+                   "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
+                   "optim.warmup_steps": 1, "train.checkpoint_every": 2})
+    settings = extrapolation.Settings(train_len=L, steps=4, seeds=(0,), multipliers=(1, 2),
+                                      eval_tokens=128)
+    real = experiment.train_and_evaluate
+
+    def stop_at_2(step, metrics):
+      del metrics
+      if step == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with mock.patch.object(experiment, "train_and_evaluate",
+                           functools.partial(real, step_callbacks=[stop_at_2])):
+      with self.assertRaisesRegex(experiment.TrainingInterrupted,
+                                  r"stopped by SIGTERM at step 2 of 4 in .*re-run the same"):
+        extrapolation.run(options, settings=settings, log=lambda _: None)
+    (model_dir,) = (tmp / "report" / "models").iterdir()
+    self.assertEqual(json.loads((model_dir / "status.json").read_text())["state"], "preempted")
+    self.assertEqual(list(model_dir.glob("study_*")), [])  # No scores of the step-2 model.
+    self.assertFalse((tmp / "report" / "results.json").exists())
+    # The same command resumes it to the end, then scores the finished model.
+    lines = []
+    extrapolation.run(options, settings=settings, log=lines.append)
+    self.assertTrue(any("resumed from checkpoint step 2" in x for x in lines), lines)
+    self.assertLen(list(model_dir.glob("study_*_eval.json")), 1)
+    self.assertEqual(json.loads((model_dir / "status.json").read_text())["state"], "finished")
 
   def test_pes_outside_the_study_are_named(self):
     with self.assertRaisesRegex(study_options.StudyOptionError,
