@@ -24,6 +24,15 @@ from pejax.train import experiment
 L = 32
 
 
+def _tiny_overrides(tmp: pathlib.Path) -> dict:
+  """A one-layer model on a small corpus (this module's text): the settings of the tiny runs."""
+  corpus = tmp / "corpus.txt"
+  corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
+  return {"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
+          "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
+          "optim.warmup_steps": 1}
+
+
 def _summary(curves):
   """pe -> {length: ppl} (same in both protocols; None = n/a) in the summarize() format."""
   out = {}
@@ -198,14 +207,9 @@ class SmokeTest(absltest.TestCase):
   @pytest.mark.slow
   def test_tiny_run_writes_report_json_and_plots(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    corpus = tmp / "corpus.txt"
-    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
     options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), runs_dir=str(tmp / "runs"), steps=2,
-        command="test", overrides={
-            "model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
-            "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
-            "optim.warmup_steps": 1})
+        command="test", overrides=_tiny_overrides(tmp))
     settings = extrapolation.Settings(train_len=L, steps=2, seeds=(0,), multipliers=(1, 2),
                                       eval_tokens=128, pes=("learned",))
     results = extrapolation.run(options, settings=settings, log=lambda _: None)
@@ -235,11 +239,7 @@ class SmokeTest(absltest.TestCase):
     # What git keeps of a model is its records (config, status, metrics, cached evaluation):
     # a run split into shards, on machines that lose the checkpoints, still reports them all.
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    corpus = tmp / "corpus.txt"
-    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
-    tiny = {"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
-            "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
-            "optim.warmup_steps": 1}
+    tiny = _tiny_overrides(tmp)
     settings = extrapolation.Settings(train_len=L, steps=2, seeds=(0, 1), multipliers=(1, 2),
                                       eval_tokens=128)
 
@@ -275,13 +275,9 @@ class SmokeTest(absltest.TestCase):
     # Found 2026-12-07: a study went on after SIGTERM, scored the step-1510 model of a 2000-step
     # run and cached the scores under the finished run's key; the resumed run reused them.
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    corpus = tmp / "corpus.txt"
-    corpus.write_text(pathlib.Path(extrapolation.__file__).read_text() * 3)
     options = study_options.StudyOptions(
         quick=True, workdir=str(tmp / "report"), steps=4, command="test", pes=("alibi",),
-        overrides={"model.num_layers": 1, "model.d_model": 32, "model.num_heads": 2,
-                   "data.train_len": L, "data.batch_size": 2, "data.name": str(corpus),
-                   "optim.warmup_steps": 1, "train.checkpoint_every": 2})
+        overrides={**_tiny_overrides(tmp), "train.checkpoint_every": 2})
     settings = extrapolation.Settings(train_len=L, steps=4, seeds=(0,), multipliers=(1, 2),
                                       eval_tokens=128)
     real = experiment.train_and_evaluate
