@@ -39,6 +39,12 @@ The logic is :mod:`pejax.cli`; this file adds the studies of ``experiments/``.
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not after
+# them (they are most of --help's time; pejax.runtime_env loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import os
 import sys
 from typing import Optional, Sequence
@@ -48,7 +54,6 @@ from absl import flags
 
 from experiments.study import study_command
 from pejax import cli
-from pejax import runtime_env
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CONFIG = os.path.join(study_command.CONFIGS_DIR, "default.py")
@@ -110,5 +115,4 @@ def _help_doc() -> str:
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   sys.exit(command_line(sys.argv))

@@ -23,6 +23,12 @@ References:
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import dataclasses
 import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -37,7 +43,6 @@ from experiments.study import seed_statistics
 from experiments.study import study_options
 from experiments.study import table_cells
 from experiments.study import trained_runs
-from pejax import runtime_env
 from pejax.eval import report as eval_report
 
 STUDY = "context_extension"
@@ -413,5 +418,4 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_options.run_as_launch("context_extension")

@@ -27,6 +27,12 @@ References:
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import dataclasses
 import pathlib
 import time
@@ -40,7 +46,6 @@ from experiments.study import expectations
 from experiments.study import markdown_report
 from experiments.study import study_options
 from pejax import encodings as pe_lib
-from pejax import runtime_env
 
 STUDY = "gallery"
 
@@ -615,5 +620,4 @@ def run(options: study_options.StudyOptions, *, settings: Optional[GallerySettin
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_options.run_as_launch("gallery")

@@ -40,6 +40,12 @@ References:
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import dataclasses
 import json
 import math
@@ -60,7 +66,6 @@ from experiments.study import seed_statistics
 from experiments.study import study_options
 from experiments.study import table_cells
 from experiments.study import trained_runs
-from pejax import runtime_env
 
 STUDY = "passkey_scaling"
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
@@ -638,5 +643,4 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_options.run_as_launch("passkey_scaling")

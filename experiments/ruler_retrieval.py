@@ -46,6 +46,12 @@ References:
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import dataclasses
 import json
 import pathlib
@@ -67,7 +73,6 @@ from experiments.study import seed_statistics
 from experiments.study import study_options
 from experiments.study import table_cells
 from experiments.study import trained_runs
-from pejax import runtime_env
 
 STUDY = "ruler_retrieval"
 STUDY_FLAGS = ("--pes", "--shard")  # A subset of the PEs; every N-th (PE, seed) unit.
@@ -523,5 +528,4 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_options.run_as_launch(STUDY)

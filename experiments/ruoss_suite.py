@@ -32,6 +32,12 @@ References:
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 from typing import Any, Callable, Dict, List, Optional
 
 import ml_collections
@@ -47,7 +53,6 @@ from experiments.study import expectations
 from experiments.study import pe_capabilities
 from experiments.study import study_options
 from experiments.study import table_cells
-from pejax import runtime_env
 
 STUDY = "ruoss_suite"
 SELECTS_PES = True  # --pes runs a subset of the PE variants (partial runs).
@@ -137,5 +142,4 @@ def run(options: study_options.StudyOptions, *, settings: Optional[sweep.Setting
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   study_options.run_as_launch(STUDY)

@@ -9,6 +9,7 @@ import sys
 from unittest import mock
 
 from absl.testing import absltest
+import pytest
 
 from pejax import runtime_env
 
@@ -65,6 +66,28 @@ class ApplyRuntimeEnvTest(absltest.TestCase):
 
   def test_opt_out(self):
     self.assertEqual(self._run(PEJAX_NO_RUNTIME_ENV="1"), ["None", "None", "['arg1',", "'--flag=2']"])
+
+
+class ProgramsReexecuteBeforeTheirImportsTest(absltest.TestCase):
+  """The re-execution comes before a program's imports: jax is imported once, not twice."""
+
+  @pytest.mark.slow
+  def test_each_entry_point_imports_jax_once(self):
+    if not runtime_env.recommended_env({}):
+      self.skipTest("not glibc >= 2.26 on Linux: no re-execution")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLIBC_TUNABLES", runtime_env.MARKER, runtime_env.OPT_OUT)}
+    for program in (["launch.py"], ["-m", "pejax"], ["-m", "experiments.training_curves"]):
+      with self.subTest(program=program):
+        # -X importtime prints one line per module a process imports; the re-executed process
+        # keeps the interpreter's options (sys.orig_argv), so both processes print theirs.
+        proc = subprocess.run([sys.executable, "-X", "importtime", *program, "--help"], cwd=ROOT,
+                              env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                              text=True, timeout=300, check=True)
+        imports = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                   if line.startswith("import time:")]
+        self.assertEqual(imports.count("pejax.runtime_env"), 2, program)  # Both processes.
+        self.assertEqual(imports.count("jax"), 1, program)
 
 
 if __name__ == "__main__":

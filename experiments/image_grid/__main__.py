@@ -8,6 +8,12 @@ two on 2 CPU cores; the default runs 3 seeds with more steps.
 
 from __future__ import annotations
 
+# Run as a program: re-execute with the allocator settings before the imports below, not
+# after them (pejax.runtime_env; importing it loads nothing else).
+from pejax import runtime_env  # pylint: disable=wrong-import-position
+runtime_env.apply_when_main(__name__)
+# pylint: disable=wrong-import-position
+
 import datetime
 import sys
 import time
@@ -20,7 +26,6 @@ from experiments.image_grid import report
 from experiments.image_grid import study
 from experiments.image_grid import vit
 from pejax import provenance
-from pejax import runtime_env
 
 _QUICK = flags.DEFINE_bool("quick", False, "One seed and few steps (about a minute on 2 CPUs).")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/image_grid", "Output directory.")
@@ -72,5 +77,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   app.run(main)
