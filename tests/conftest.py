@@ -109,6 +109,27 @@ elif _CACHE_DIR:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
+# XLA:CPU's fusion emitters (its newer code generator for fused loops) cost most of a cold
+# compile of these tiny programs: the gradient of a 2-layer d=16 decoder compiled in 1.75 s of
+# CPU with them and 0.49 s without at L = 64, 4.67 s and 1.63 s at L = 640; the cold run of
+# tests/nn/test_kv_cache_kinds.py took 453 s of CPU with them and 275 s without, every test
+# passing (2 cores, 2026-12-07). The tests' programs compile without them: the flag goes to this
+# process's CPU client, which reads XLA_FLAGS once, when it is created (here), and
+# PEJAX_TEST_XLA_FLAGS carries it to subprocesses whose results are compared with this
+# process's (the mesh and multi-process workers). launch.py and the studies started as
+# subprocesses keep XLA's defaults, the path users run.
+TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+os.environ["PEJAX_TEST_XLA_FLAGS"] = TEST_XLA_FLAGS
+_USER_XLA_FLAGS = os.environ.get("XLA_FLAGS")
+os.environ["XLA_FLAGS"] = f"{_USER_XLA_FLAGS or ''} {TEST_XLA_FLAGS}".strip()
+try:
+  jax.devices()  # Creates the CPU client now, with the flag.
+finally:
+  if _USER_XLA_FLAGS is None:
+    del os.environ["XLA_FLAGS"]
+  else:
+    os.environ["XLA_FLAGS"] = _USER_XLA_FLAGS
+
 
 @pytest.fixture(autouse=True)
 def _xla_optimized(request):

@@ -61,6 +61,13 @@ def test_the_cache_folder_of_this_process_and_its_subprocesses_is_this_hosts(con
   assert os.environ["JAX_COMPILATION_CACHE_DIR"] == cache_dir  # What subprocesses read.
 
 
+def test_the_test_compiler_flags_stay_out_of_the_subprocesses_environment(conftest_module):
+  """The tests compile without XLA:CPU's fusion emitters (conftest); launch.py and the studies
+  that tests start as subprocesses inherit os.environ and so compile as users do."""
+  assert os.environ["PEJAX_TEST_XLA_FLAGS"] == conftest_module.TEST_XLA_FLAGS
+  assert conftest_module.TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", "")
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="memory maps are read in /proc")
 def test_a_modules_compiled_programs_are_released_with_their_maps(conftest_module):
   """Executables kept alive by live jitted functions (as module-level ones are) hold memory maps

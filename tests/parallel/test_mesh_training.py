@@ -34,9 +34,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def _run_worker(mode: str, out: pathlib.Path) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-  env.pop("XLA_FLAGS", None)  # The worker sets its own device count.
-  # The same compiler settings as this process (tests/conftest.py), whose one-device halves the
-  # worker's results are compared with (the compilation cache comes through os.environ).
+  # The worker adds its own device count. The same compiler settings as this process
+  # (tests/conftest.py), whose one-device halves the worker's results are compared with (the
+  # compilation cache comes through os.environ).
+  env["XLA_FLAGS"] = os.environ.get("PEJAX_TEST_XLA_FLAGS", "")
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = str(int(jax.config.read("jax_disable_most_optimizations")))
   proc = subprocess.run([sys.executable, str(WORKER), mode, str(out)], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=900)

@@ -64,6 +64,7 @@ def _env() -> dict[str, str]:
   # and the CPU topology fingerprint in the key differs per process), so each of them compiles
   # every program afresh; with the full pipeline that costs ~10 s per run on 2 cores.
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = str(int(jax.config.read("jax_disable_most_optimizations")))
+  env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {os.environ.get('PEJAX_TEST_XLA_FLAGS', '')}".strip()
   return env
 
 
