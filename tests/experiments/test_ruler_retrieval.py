@@ -112,12 +112,14 @@ class RowsTest(absltest.TestCase):
         overrides={"data.batch_size": 8})).data.batch_size, 8)
     config = ruler_retrieval.variant_config(base, "rnope_swa", 2)
     self.assertEqual((config.pe.name, config.model.sliding_window, config.seed),
-                     ("rope,none", "256,0", 2))
+                     ("rope,rope,rope,none", "256,256,256,0", 2))  # 3 : 1, Yang et al.
     from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
     model_config = decoder_from_config.decoder_config_from(config)
     self.assertEqual([type(pe).__name__ for pe in model_config.pe],
-                     ["RotaryConfig", "NoPEConfig"])
-    self.assertEqual(model_config.sliding_window, (256, None))
+                     ["RotaryConfig"] * 3 + ["NoPEConfig"])
+    self.assertEqual(model_config.sliding_window, (256, 256, 256, None))
+    self.assertEqual([ruler_retrieval.rnope_swa_nope_layers(n) for n in (1, 2, 4, 8)],
+                     [{0}, {1}, {3}, {3, 7}])
 
 
 def _numbers(beyond, *, fit=None, zero_shot=None, ft_beyond=None):
