@@ -12,7 +12,8 @@ training length also *retrieve* there? Per PE and seed (Yang et al. 2025's proto
    ``stdlib`` corpus) and RULER's needle tasks in their own prompt format
    (:mod:`experiments.study.ruler_rows`: ``niah_single_1``, ``niah_multikey_2``,
    ``niah_single_words`` on the noise haystack, haystack sizes up to L), **until it retrieves at
-   L** (held-out exact match of the answer >= 0.9, teacher forcing, checked every 200 steps) or a
+   L** (held-out exact match of the answer >= 0.9 on 24 prompts, teacher forcing, checked every
+   200 steps, constant learning rate) or a
    step cap.
 2. It is scored with RULER's metric (``string_match_all`` of greedy continuations through
    ``pejax.generate``, :func:`pejax.eval.ruler.model_eval.ruler_accuracy`) on the same tasks at
@@ -162,8 +163,11 @@ def settings_for(options: study_options.StudyOptions,
       train_len=int(config.data.train_len), seeds=tuple(options.seed_list(
           (0,) if quick else (0, 1, 2))), variants=variants,
       multipliers=(1, 2) if quick else (1, 2, 4, 8),
+      # A constant rate after warm-up, as in the probe that retrieved (base_config), and 24
+      # held-out prompts a check (one prompt is 0.04 of the 0.9 threshold).
       recipe=convergence.Recipe(max_steps=cap, check_every=100 if quick else 200,
-                                check_examples=12, fit_threshold=RETRIEVES_AT_L),
+                                check_examples=24, fit_threshold=RETRIEVES_AT_L,
+                                decay="constant"),
       finetune_steps=50 if quick else 300, examples=4 if quick else 8)
 
 

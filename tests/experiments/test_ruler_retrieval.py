@@ -104,6 +104,8 @@ class RowsTest(absltest.TestCase):
                                           ruler_retrieval.base_config(
                                               study_options.StudyOptions()))
     self.assertEqual(chosen.variants, ("rope", "rnope_swa"))
+    # The recipe of the probe that retrieved: a constant rate, 24 held-out prompts a check.
+    self.assertEqual((chosen.recipe.decay, chosen.recipe.check_examples), ("constant", 24))
 
   def test_rnope_swa_is_rope_with_a_window_then_full_nope(self):
     base = ruler_retrieval.base_config(study_options.StudyOptions())
