@@ -281,6 +281,7 @@ class RealCommandLineTest(parameterized.TestCase):
         self.assertNotIn("Traceback", proc.stderr)
         self.assertEqual(os.listdir(cwd), [])
 
+  @pytest.mark.slow  # A subprocess (the fast tier's rule, docs/tests.md).
   def test_a_study_module_runs_launch_py_of_the_checkout(self):
     # python -m experiments.<study> hands its flags to <root>/launch.py (run_as_launch); the
     # doc test runs study commands in-process, so this real process is what catches a broken

@@ -180,6 +180,7 @@ def test_a_test_that_crashes_once_passes_on_its_rerun_and_is_listed(tmp_path, wo
   assert "test_f.py::test_flaky: crashed its worker once" in out, out
 
 
+@pytest.mark.slow  # A subprocess (the fast tier's rule, docs/tests.md).
 def test_a_replacement_worker_uses_no_compilation_cache(tmp_path):
   # tests/conftest.py in a process started with the scheduler's rerun variable, with the cache
   # folder the controller's environment carries.

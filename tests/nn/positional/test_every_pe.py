@@ -388,6 +388,7 @@ if __name__ == "__main__":
   absltest.main()
 
 
+@pytest.mark.slow  # A subprocess (the fast tier's rule, docs/tests.md).
 def test_configs_do_not_start_the_xla_backend():
   """A multi-process run calls jax.distributed.initialize after building its config; JAX refuses
   once any computation has started the backend, so config validation must be plain Python."""
