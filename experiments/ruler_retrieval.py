@@ -13,8 +13,7 @@ training length also *retrieve* there? Per PE and seed (Yang et al. 2025's proto
    (:mod:`experiments.study.ruler_rows`: ``niah_single_1``, ``niah_multikey_2``,
    ``niah_single_words`` on the noise haystack, haystack sizes up to L), **until it retrieves at
    L** (held-out exact match of the answer >= 0.9 on 24 prompts, teacher forcing, checked every
-   200 steps, constant learning rate) or a
-   step cap.
+   200 steps, constant learning rate) or a step cap.
 2. It is scored with RULER's metric (``string_match_all`` of greedy continuations through
    ``pejax.generate``, :func:`pejax.eval.ruler.model_eval.ruler_accuracy`) on the same tasks at
    1x, 2x, 4x and 8x L; each prompt leaves 128 positions (RULER's answer budget for these
@@ -24,8 +23,9 @@ training length also *retrieve* there? Per PE and seed (Yang et al. 2025's proto
 
 PEs: RoPE, ALiBi, NoPE, FoX (the forget gate), and RNoPE-SWA: RoPE layers with sliding-window
 attention (window L / 4) interleaved with full-attention NoPE layers (Yang et al. 2025: three
-RoPE layers to one NoPE layer; here layers 0-2 RoPE + window, layer 3 NoPE). Verdicts compare every seed (a claim holds when every seed
-of the winner beats every seed of the loser by 0.1; both at 0: not measurable, floor).
+RoPE layers to one NoPE layer; here layers 0-2 RoPE + window, layer 3 NoPE). Verdicts compare
+every seed (a claim holds when every seed of the winner beats every seed of the loser by 0.1;
+both at 0: not measurable, floor).
 
 Each model's records (``fit.json``, the cached scores ``ruler_eval.json``) live in
 ``<workdir>/models``, kept in git without weights: a run split into shards or sessions resumes
@@ -200,12 +200,12 @@ def variant_config(base: ml_collections.ConfigDict, variant: str, seed: int
   with config.unlocked():
     config.seed = int(seed)
     if variant == "rnope_swa":
-      nope = rnope_swa_nope_layers(int(config.model.num_layers))
+      layers = int(config.model.num_layers)
+      nope = rnope_swa_nope_layers(layers)
       window = int(config.data.train_len) // 4
-      config.pe.name = ",".join("none" if i in nope else "rope"
-                                for i in range(int(config.model.num_layers)))
+      config.pe.name = ",".join("none" if i in nope else "rope" for i in range(layers))
       config.model.sliding_window = ",".join("0" if i in nope else str(window)
-                                             for i in range(int(config.model.num_layers)))
+                                             for i in range(layers))
     else:
       config.pe.name = variant
   return config

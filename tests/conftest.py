@@ -54,6 +54,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 import jax
+import jaxlib
 import pytest
 
 # absltest / chex helpers read absl flags; under pytest nobody parses them, so mark them parsed.
@@ -71,7 +72,6 @@ def host_fingerprint(cpuinfo: str | None = None) -> str:
   Args:
     cpuinfo: the text of ``/proc/cpuinfo``; read from this host when None.
   """
-  import jaxlib  # pylint: disable=import-outside-toplevel
   parts = [platform.machine(), platform.python_version(), jax.__version__, jaxlib.__version__,
            platform.processor()]
   if cpuinfo is None:
@@ -129,12 +129,7 @@ def xla_flags_for_tests(jaxlib_version: str) -> str:
           if jaxlib_version.startswith(_FLAG_CHECKED_JAXLIB) else "")
 
 
-def _jaxlib_version() -> str:
-  import jaxlib  # pylint: disable=import-outside-toplevel
-  return jaxlib.__version__
-
-
-TEST_XLA_FLAGS = xla_flags_for_tests(_jaxlib_version())
+TEST_XLA_FLAGS = xla_flags_for_tests(jaxlib.__version__)
 os.environ["PEJAX_TEST_XLA_FLAGS"] = TEST_XLA_FLAGS
 if TEST_XLA_FLAGS:
   _USER_XLA_FLAGS = os.environ.get("XLA_FLAGS")

@@ -182,7 +182,9 @@ def command_line(argv: Sequence[str], *, prog: str, doc: str = USAGE,
 
 
 def console_main() -> None:
-  """``pejax-launch`` and ``python -m pejax``: the command line without studies."""
+  """The command line without studies (``pejax-launch`` and ``python -m pejax`` reach it through
+  :func:`pejax.__main__.main`, which re-executes before importing this module; the call below
+  then returns at once, and re-executes only a caller that comes here directly)."""
   from pejax import runtime_env  # pylint: disable=g-import-not-at-top
   runtime_env.apply_runtime_env()  # Re-executes once with the allocator settings.
   argv0 = sys.argv[0]
