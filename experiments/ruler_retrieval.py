@@ -1,25 +1,36 @@
 r"""RULER retrieval beyond the training length: RoPE, ALiBi, NoPE, FoX, RNoPE-SWA, PI and YaRN.
 
-    python -m experiments.ruler_retrieval --quick        # L=640, RoPE and RNoPE-SWA, 1 seed
-    python -m experiments.ruler_retrieval                # L=1024, 5 PEs + RoPE scalings, 3 seeds
+    python -m experiments.ruler_retrieval --quick        # RoPE and RNoPE-SWA, 1 seed, 1-2x
+    python -m experiments.ruler_retrieval                # 5 PEs + RoPE scalings, 3 seeds, 1-8x
     python -m experiments.ruler_retrieval --shard=0/2    # half of the models (no report)
     python launch.py --study=ruler_retrieval --quick
 
 The RULER question at toy scale (Hsieh et al. 2024): does a PE that models text beyond its
 training length also *retrieve* there? Per PE and seed (Yang et al. 2025's protocol, small):
 
-1. A byte-level decoder is trained at length L on a mixture of language modelling (the
-   ``stdlib`` corpus) and RULER's needle tasks in their own prompt format
-   (:mod:`experiments.study.ruler_rows`: ``niah_single_1``, ``niah_multikey_2``,
-   ``niah_single_words`` on the noise haystack, haystack sizes up to L), **until it retrieves at
-   L** (held-out exact match of the answer >= 0.9 on 24 prompts, teacher forcing, checked every
-   200 steps, constant learning rate) or a step cap.
+1. A byte-level decoder (4 layers) is trained on RULER's needle tasks in their own prompt
+   format (:mod:`experiments.study.ruler_rows`, noise haystacks, only the answer scored), in
+   two stages: ``niah_single_1`` alone in rows of 512 bytes (haystacks of at most ~64 bytes
+   beside the ~400-byte template) until it retrieves there, then, from those weights, the
+   mixture of ``niah_single_1`` and ``niah_multikey_2`` (one needle among distractor needles)
+   at L = 640 **until it retrieves at L** (held-out exact match of the answer >= 0.9 on 24 prompts,
+   teacher forcing, checked every 200 steps, constant learning rate) or a step cap.
 2. It is scored with RULER's metric (``string_match_all`` of greedy continuations through
    ``pejax.generate``, :func:`pejax.eval.ruler.model_eval.ruler_accuracy`) on the same tasks at
    1x, 2x, 4x and 8x L; each prompt leaves 128 positions (RULER's answer budget for these
    tasks) for the answer inside the length.
 3. The RoPE model is also scored zero-shot with PI and YaRN at factor = length / L, and after
    a short fine-tune at 2L with PI, YaRN or no scaling (the control), at 2L and beyond.
+
+Why two stages (probes of 2026-12-07/08, RoPE, seed 0, one core each, constant lr 2e-3,
+scratch runs): from scratch, the three-task mixture at L = 640 had held-out exact match 0.000 at
+every check to step 2000 (answer loss flat near 1.9 a byte from step 750), and
+``niah_single_1`` alone at L = 640 0.000 to step 1750 (loss 1.25); ``niah_single_1`` alone in
+512-byte rows retrieved (0.958) at step 1500, and the three-task mixture at 640 started from
+that model reached 0.46 by step 750: 0.83 on ``niah_single_1``, 0.58 on ``niah_multikey_2`` and
+0.00 on ``niah_single_words`` (24 held-out prompts each). The lookup forms where the haystack is
+short, then carries over; copying a word value does not come with it, so the study's mixture is
+RULER's two number-valued tasks that fit L = 640.
 
 PEs: RoPE, ALiBi, NoPE, FoX (the forget gate), and RNoPE-SWA: RoPE layers with sliding-window
 attention (window L / 4) interleaved with full-attention NoPE layers (Yang et al. 2025: three
@@ -30,10 +41,10 @@ both at 0: not measurable, floor).
 Each model's records (``fit.json``, the cached scores ``ruler_eval.json``) live in
 ``<workdir>/models``, kept in git without weights: a run split into shards or sessions resumes
 on any clone, and a (PE, seed) unit trains, fine-tunes and scores in one go, so its weights are
-never needed later. Cost (estimated, not yet measured in full): the quick run's first model took
-~2 s a step with 16 rows of 640 bytes on 2 cores shared with two other jobs, hence 4096 tokens a
-step here (the passkey study's); with ~2000 steps to retrieve, about 6-10 one-core hours for the
-full run, the 8x cells' decoding included (8192-byte prompts decode at ~0.2-0.5 prompts/s).
+never needed later (a unit interrupted between its stages resumes from the first stage's
+weights, which stay on the machine that trained them). Cost (measured on the probes, one core
+of a 2-core AMD EPYC): ~1.0 s a step at 512 and ~1.8 s at 640, so ~30-60 one-core minutes a
+model before its scores; the full run's 15 models and 9 fine-tunes are ~15-25 one-core hours.
 
 References:
   Hsieh et al., "RULER: What's the Real Context Size of Your Long-Context Language Models?",
@@ -79,7 +90,12 @@ STUDY = "ruler_retrieval"
 STUDY_FLAGS = ("--pes", "--shard")  # A subset of the PEs; every N-th (PE, seed) unit.
 VARIANTS = ("rope", "alibi", "none", "fox", "rnope_swa")
 QUICK_VARIANTS = ("rope", "rnope_swa")
-TASKS = ("niah_single_1", "niah_multikey_2", "niah_single_words")
+# RULER's two needle tasks whose prompts fit L = 640 with numbers on a noise / needle haystack
+# (niah_single_words, pejax's word-valued stand-in for niah_single_2, stayed at 0.00 where these
+# two reached 0.83 / 0.58 in the probe below; Settings.tasks takes it or any other).
+TASKS = ("niah_single_1", "niah_multikey_2")
+FIRST_TASKS = ("niah_single_1",)  # The curriculum's first stage (Settings.first_len).
+FIRST_LEN = 512  # Its rows: niah_single_1's smallest prompt (464) + 48, haystacks <= ~64 bytes.
 ZERO_SHOT_SCALINGS = ("linear", "yarn")  # Besides the plain RoPE model.
 FINETUNE_SCALINGS = ("none", "linear", "yarn")  # "none": the unscaled fine-tune (control).
 RETRIEVES_AT_L = 0.9  # Held-out exact match of the answer at L (teacher forcing).
@@ -105,6 +121,10 @@ class Settings:
     examples: prompts per (task, length) cell.
     tasks: RULER tasks trained and scored.
     ruler_fraction: share of RULER rows in the training mixture.
+    first_len: row length of a first stage that trains ``first_tasks`` alone (RULER rows only)
+      until they are retrieved at that length, before the mixture at L starts from its weights;
+      0: no first stage.
+    first_tasks: the first stage's tasks.
   """
 
   train_len: int
@@ -116,6 +136,8 @@ class Settings:
   examples: int = 8
   tasks: tuple = TASKS
   ruler_fraction: float = 0.5
+  first_len: int = 0
+  first_tasks: tuple = FIRST_TASKS
 
   @property
   def lengths(self) -> List[int]:
@@ -130,8 +152,9 @@ TOKENS_PER_STEP = 4096  # The passkey study's (16 rows of 256): batch = 4096 // 
 
 
 def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDict:
-  """A byte-level decoder (4 layers, d_model 128, lr 2e-3) on the stdlib corpus, 4096 tokens a
-  step (4 rows of L = 1024; quick: 6 of 640).
+  """A byte-level decoder (4 layers, d_model 128, lr 2e-3) on the stdlib corpus, L = 640 (the
+  shortest length whose 1x test prompts hold every task plus :data:`ANSWER_SLOTS`), 6 rows a
+  step (~4096 tokens).
 
   Four layers, not the passkey study's two: on niah_single_1 alone (L = 512, 8 rows a step,
   constant lr 2e-3, RoPE, 2026-12-07) the 2-layer model's held-out exact match was 0.000 at every
@@ -141,7 +164,7 @@ def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDic
   config = passkey_scaling.base_config(options)
   with config.unlocked():
     config.model.num_layers = 4
-    config.data.train_len = 640 if options.quick else 1024
+    config.data.train_len = 640
   study_options.apply_overrides(config, {k: v for k, v in options.overrides.items()
                                          if k == "data.train_len"})
   with config.unlocked():
@@ -153,12 +176,14 @@ def base_config(options: study_options.StudyOptions) -> ml_collections.ConfigDic
 
 def settings_for(options: study_options.StudyOptions,
                  config: ml_collections.ConfigDict) -> Settings:
-  """Quick: L=640, RoPE and RNoPE-SWA, 1 seed, 1-2x, cap 400, 4 prompts a cell. Full: L=1024,
-  every variant, 3 seeds, 1-8x, cap 4000, fine-tunes of 300 steps, 8 prompts a cell."""
+  """Both: L = 640, RULER rows only, a first stage on ``niah_single_1`` alone in rows of 512
+  (:data:`FIRST_LEN`). Quick: RoPE and RNoPE-SWA, 1 seed, 1-2x, cap 200 a stage, 4 prompts a
+  cell. Full: every variant, 3 seeds, 1-8x, cap 4000 a stage, fine-tunes of 300 steps, 8
+  prompts a cell."""
   quick = options.quick
   variants = study_options.select_pes(VARIANTS, options.pes,
                                       default=QUICK_VARIANTS if quick else VARIANTS)
-  cap = options.steps or (400 if quick else 4000)
+  cap = options.steps or (200 if quick else 4000)
   return Settings(
       train_len=int(config.data.train_len), seeds=tuple(options.seed_list(
           (0,) if quick else (0, 1, 2))), variants=variants,
@@ -168,7 +193,8 @@ def settings_for(options: study_options.StudyOptions,
       recipe=convergence.Recipe(max_steps=cap, check_every=100 if quick else 200,
                                 check_examples=24, fit_threshold=RETRIEVES_AT_L,
                                 decay="constant"),
-      finetune_steps=50 if quick else 300, examples=4 if quick else 8)
+      finetune_steps=50 if quick else 300, examples=4 if quick else 8,
+      ruler_fraction=1.0, first_len=FIRST_LEN)
 
 
 def check_lengths(settings: Settings) -> None:
@@ -185,6 +211,13 @@ def check_lengths(settings: Settings) -> None:
           f"data.train_len={settings.train_len} is too short for RULER task {task!r} in bytes: "
           f"it needs >= {need} (its smallest prompt, {ruler_rows.smallest_budget(task)}, plus "
           f"{ANSWER_SLOTS} answer positions)")
+  if settings.first_len:
+    for task in settings.first_tasks:
+      need = ruler_rows.smallest_budget(task) + ruler_rows.ANSWER_ROOM
+      if not need <= settings.first_len < settings.train_len:
+        raise study_options.StudyOptionError(
+            f"first_len={settings.first_len} must be >= {need} (RULER task {task!r}'s smallest "
+            f"prompt plus its answer) and below data.train_len={settings.train_len}")
 
 
 def rnope_swa_nope_layers(num_layers: int) -> set:
@@ -216,39 +249,48 @@ def _text(split: str) -> np.ndarray:
   return np.asarray(corpus.train if split == "train" else corpus.valid, dtype=np.uint8)
 
 
-def held_out_check(settings: Settings, length: int, *, examples: int):
-  """``model -> exact match`` of the answers of fixed held-out prompts at ``length``."""
+def held_out_check(settings: Settings, length: int, *, examples: int,
+                   tasks: Optional[Sequence[str]] = None):
+  """``model -> exact match`` of the answers of fixed held-out prompts at ``length`` (of
+  ``tasks`` in turn; default ``settings.tasks``)."""
   from pejax.data import synthetic_example  # pylint: disable=g-import-not-at-top
+  tasks = tuple(tasks or settings.tasks)
   rng = np.random.default_rng([CHECK_SEED, length])
-  rows = [ruler_rows.ruler_row(rng, settings.tasks[i % len(settings.tasks)], seq_len=length,
+  rows = [ruler_rows.ruler_row(rng, tasks[i % len(tasks)], seq_len=length,
                                seed=CHECK_SEED + i) for i in range(examples)]
   batch = synthetic_example.encode_examples(rows, seq_len=length)
   return lambda model: float(np.mean(convergence.exact_match(
       model, batch, chunk=max(1, 16384 // length))))
 
 
-def _key(config: ml_collections.ConfigDict, settings: Settings, recipe: convergence.Recipe,
-         length: int, what: str) -> Dict[str, Any]:
+def _key(config: ml_collections.ConfigDict, recipe: convergence.Recipe, length: int, what: str,
+         tasks: Sequence[str], ruler_fraction: float) -> Dict[str, Any]:
   key = convergence.run_key(config, recipe, task="ruler_mixture", train_sizes=(),
                             row_len=length, randomized=None)
-  key.update({"what": what, "tasks": list(settings.tasks),
-              "ruler_fraction": settings.ruler_fraction, "version": 1})
+  key.update({"what": what, "tasks": list(tasks), "ruler_fraction": ruler_fraction,
+              "version": 1})
   return key
 
 
 def _train(config: ml_collections.ConfigDict, settings: Settings, recipe: convergence.Recipe, *,
            length: int, what: str, label: str, runs_dir: pathlib.Path,
            log: Callable[[str], None], pe: Any = None, init_from: Any = None,
-           key_extra: Optional[Mapping[str, Any]] = None) -> convergence.FitResult:
+           key_extra: Optional[Mapping[str, Any]] = None,
+           tasks: Optional[Sequence[str]] = None,
+           ruler_fraction: Optional[float] = None) -> convergence.FitResult:
+  """Trains on ``tasks`` (default ``settings.tasks``) at row length ``length`` until the
+  held-out check passes or the recipe's cap; ``ruler_fraction`` defaults to the settings'."""
   text = _text("train")
+  tasks = tuple(tasks or settings.tasks)
+  fraction = settings.ruler_fraction if ruler_fraction is None else float(ruler_fraction)
   b = max(1, int(config.data.batch_size) * settings.train_len // length)  # Same tokens a step.
-  check = held_out_check(settings, length, examples=recipe.check_examples)
+  check = held_out_check(settings, length, examples=recipe.check_examples, tasks=tasks)
   return convergence.train_until(
-      config, recipe, key={**_key(config, settings, recipe, length, what), **(key_extra or {})},
+      config, recipe,
+      key={**_key(config, recipe, length, what, tasks, fraction), **(key_extra or {})},
       runs_dir=runs_dir, label=label, make_batch=lambda rng, step: ruler_rows.mixture_batch(
-          rng, text, batch_size=b, seq_len=length, tasks=settings.tasks,
-          ruler_fraction=settings.ruler_fraction), check=check, pe=pe, init_from=init_from,
-      log=log)
+          rng, text, batch_size=b, seq_len=length, tasks=tasks, ruler_fraction=fraction),
+      check=check, pe=pe, init_from=init_from, log=log)
 
 
 def finetune(base: convergence.FitResult, config: ml_collections.ConfigDict, settings: Settings,
@@ -289,8 +331,19 @@ def run_unit(base_cfg: ml_collections.ConfigDict, settings: Settings, variant: s
   """One (variant, seed): training, fine-tunes (RoPE) and every score, cached in the base run."""
   config = variant_config(base_cfg, variant, seed)
   L = settings.train_len
+  first = None
+  if settings.first_len:
+    first = _train(config, settings, settings.recipe, length=settings.first_len, what="first",
+                   label=f"ruler-{variant}-first{settings.first_len}-s{seed}", runs_dir=runs_dir,
+                   log=log, tasks=settings.first_tasks, ruler_fraction=1.0)
+    log(f"  {variant} seed {seed}, first stage ({', '.join(settings.first_tasks)} at "
+        f"{settings.first_len}): " + (f"retrieves after {first.steps_to_fit} steps" if first.fit
+                                      else f"best {first.best_in_dist:.2f} in {first.steps} "
+                                      "steps; the mixture starts from it anyway"))
   base = _train(config, settings, settings.recipe, length=L, what="base",
-                label=f"ruler-{variant}-L{L}-s{seed}", runs_dir=runs_dir, log=log)
+                label=f"ruler-{variant}-L{L}-s{seed}", runs_dir=runs_dir, log=log,
+                init_from=None if first is None else
+                pathlib.Path(first.run_dir) / convergence.PARAMS_FILE)
   log(f"  {variant} seed {seed}: " + (f"retrieves at L after {base.steps_to_fit} steps"
                                       if base.fit else f"did not reach {RETRIEVES_AT_L} at L "
                                       f"(best {base.best_in_dist:.2f}) in {base.steps} steps"))
@@ -321,7 +374,8 @@ def run_unit(base_cfg: ml_collections.ConfigDict, settings: Settings, variant: s
          "finetuned": {n: pathlib.Path(t.run_dir).name for n, t in tunes.items()},
          "version": 1}
   scores = result_cache.cached(pathlib.Path(base.run_dir) / "ruler_eval.json", key, compute)
-  return {"variant": variant, "seed": seed, "base": base, "finetunes": tunes, **scores}
+  return {"variant": variant, "seed": seed, "first": first, "base": base, "finetunes": tunes,
+          **scores}
 
 
 def mean_over(cells: Sequence[Mapping[str, Any]], keep: Callable[[int], bool]
@@ -488,9 +542,14 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       f"RNoPE-SWA = RoPE with a window of {L // 4} in every layer but layer(s) "
       f"{', '.join(map(str, sorted(rnope_swa_nope_layers(int(base.model.num_layers)))))}, "
       "NoPE with full attention",
+      (f"- first stage: {', '.join(settings.first_tasks)} alone in rows of "
+       f"{settings.first_len} bytes (shorter haystacks), until held-out exact match there >= "
+       f"{RETRIEVES_AT_L} or {settings.recipe.max_steps} steps; the mixture below starts from its "
+       "weights (fresh optimizer)" if settings.first_len else "- no first stage"),
       f"- training: {settings.ruler_fraction:.0%} RULER rows ({', '.join(settings.tasks)}, noise "
-      "haystack of random size up to L, only the answer scored), the rest language modelling "
-      f"on stdlib; until held-out exact match at L >= {RETRIEVES_AT_L} (checked every "
+      "haystack of random size up to L, only the answer scored)"
+      + (", the rest language modelling on stdlib" if settings.ruler_fraction < 1 else "")
+      + f"; until held-out exact match at L >= {RETRIEVES_AT_L} (checked every "
       f"{settings.recipe.check_every} steps) or {settings.recipe.max_steps} steps",
       f"- test: RULER's string_match_all of greedy continuations, {settings.examples} prompts "
       f"per (task, length) cell (seed {EVAL_SEED}, the same prompts for every model), prompt "
@@ -498,16 +557,23 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       f"- RoPE extensions: zero-shot PI (linear) and YaRN at factor = length / L; fine-tunes of "
       f"{settings.finetune_steps} steps at {settings.finetune_len} with PI, YaRN or no scaling "
       "(control), factor 2, same tokens per step",
-      f"- compute: {len(bases)} base models, {sum(b.train_seconds for b in bases) / 60:.1f} min "
-      "of base training + "
+      f"- compute: {len(bases)} base models, "
+      f"{sum(u['first'].train_seconds for u in units if u['first']) / 60:.1f} min of first "
+      f"stages + {sum(b.train_seconds for b in bases) / 60:.1f} min of base training + "
       f"{sum(t.train_seconds for u in units for t in u['finetunes'].values()) / 60:.1f} min of "
       "fine-tuning (original times for reused models)"]))
-  header = ["PE", "fit at L"] + [f"{l // L}x ({l})" for l in settings.lengths] + ["mean > L"]
+  first_cols = ["first stage fit (steps)"] if settings.first_len else []
+  header = (["PE"] + first_cols + ["fit at L (steps)"]
+            + [f"{l // L}x ({l})" for l in settings.lengths] + ["mean > L"])
   spread = lambda values: seed_statistics.spread(list(values))
+  fits = lambda results: (f"{sum(r.fit for r in results)} of {len(results)}"
+                          + (f" ({', '.join(str(r.steps_to_fit) for r in results if r.fit)})"
+                             if any(r.fit for r in results) else ""))
   rows = []
   for v in settings.variants:
     us = [u for u in units if u["variant"] == v]
-    rows.append([v, f"{numbers['fit'][v]['n']} of {numbers['fit'][v]['of']}"] + [
+    rows.append([v] + ([fits([u["first"] for u in us])] if settings.first_len else [])
+                + [fits([u["base"] for u in us])] + [
         table_cells.median_cell(spread(mean_over(u["plain"], lambda x, l=l: x == l)
                                        for u in us), 2) for l in settings.lengths]
                 + [table_cells.median_cell(numbers["beyond"][v], 2)])
@@ -543,7 +609,9 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
   report.image(png, "RULER score vs length")
   results = {"settings": json.loads(json.dumps(dataclasses.asdict(settings), default=str)),
              "numbers": numbers,
-             "units": [{"variant": u["variant"], "seed": u["seed"], "base": u["base"].to_json(),
+             "units": [{"variant": u["variant"], "seed": u["seed"],
+                        "first": u["first"].to_json() if u["first"] else None,
+                        "base": u["base"].to_json(),
                         "finetunes": {n: t.to_json() for n, t in u["finetunes"].items()},
                         "plain": u["plain"], "zero_shot": u["zero_shot"],
                         "finetuned": u["finetuned"]} for u in units]}

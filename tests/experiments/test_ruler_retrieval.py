@@ -3,6 +3,7 @@ numbers, its bad settings, and a tiny run in shards then a report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -93,7 +94,6 @@ class RowsTest(absltest.TestCase):
     with self.assertRaisesRegex(study_options.StudyOptionError,
                                 r"data.train_len=512 is too short for RULER task 'niah_single_1'"
                                 r" in bytes: it needs >= \d+"):
-      import dataclasses  # pylint: disable=g-import-not-at-top
       ruler_retrieval.check_lengths(dataclasses.replace(settings, train_len=512))
     with self.assertRaisesRegex(study_options.StudyOptionError,
                                 r"--pes: t5 not among this study's PEs \(rope, alibi, none, fox, "
@@ -106,20 +106,28 @@ class RowsTest(absltest.TestCase):
     self.assertEqual(chosen.variants, ("rope", "rnope_swa"))
     # The recipe of the probe that retrieved: a constant rate, 24 held-out prompts a check.
     self.assertEqual((chosen.recipe.decay, chosen.recipe.check_examples), ("constant", 24))
+    # RULER rows only, after a first stage on niah_single_1 in 512-byte rows.
+    self.assertEqual((chosen.ruler_fraction, chosen.first_len, chosen.first_tasks),
+                     (1.0, 512, ("niah_single_1",)))
+    for first_len in (496, 640):
+      with self.assertRaisesRegex(study_options.StudyOptionError,
+                                  rf"first_len={first_len} must be >= 512 \(RULER task "
+                                  r"'niah_single_1'.*below data.train_len=640"):
+        ruler_retrieval.check_lengths(dataclasses.replace(chosen, first_len=first_len))
 
   def test_rnope_swa_is_rope_with_a_window_then_full_nope(self):
     base = ruler_retrieval.base_config(study_options.StudyOptions())
-    self.assertEqual((base.data.train_len, base.data.batch_size), (1024, 4))  # 4096 tokens.
+    self.assertEqual((base.data.train_len, base.data.batch_size), (640, 6))  # ~4096 tokens.
     self.assertEqual(ruler_retrieval.base_config(study_options.StudyOptions(
         overrides={"data.batch_size": 8})).data.batch_size, 8)
     config = ruler_retrieval.variant_config(base, "rnope_swa", 2)
     self.assertEqual((config.pe.name, config.model.sliding_window, config.seed),
-                     ("rope,rope,rope,none", "256,256,256,0", 2))  # 3 : 1, Yang et al.
+                     ("rope,rope,rope,none", "160,160,160,0", 2))  # 3 : 1, Yang et al.
     from pejax import decoder_from_config  # pylint: disable=g-import-not-at-top
     model_config = decoder_from_config.decoder_config_from(config)
     self.assertEqual([type(pe).__name__ for pe in model_config.pe],
                      ["RotaryConfig"] * 3 + ["NoPEConfig"])
-    self.assertEqual(model_config.sliding_window, (256, 256, 256, None))
+    self.assertEqual(model_config.sliding_window, (160, 160, 160, None))
     self.assertEqual([ruler_retrieval.rnope_swa_nope_layers(n) for n in (1, 2, 4, 8)],
                      [{0}, {1}, {3}, {3, 7}])
 
@@ -189,7 +197,7 @@ class TinyRunTest(absltest.TestCase):
         train_len=640, seeds=(0,), variants=("rope", "rnope_swa"), multipliers=(1, 2),
         recipe=convergence.Recipe(max_steps=2, check_every=2, check_examples=2,
                                   fit_threshold=ruler_retrieval.RETRIEVES_AT_L),
-        finetune_steps=1, examples=1, tasks=("niah_multikey_2",))
+        finetune_steps=1, examples=1, tasks=("niah_multikey_2",), first_len=512)
 
     def options(**kw):
       return study_options.StudyOptions(quick=True, workdir=str(tmp / "r"), overrides=tiny,
@@ -216,7 +224,13 @@ class TinyRunTest(absltest.TestCase):
     for cell in rope["plain"]:
       self.assertEqual(cell["budget"], cell["length"] - ruler_retrieval.ANSWER_SLOTS)
       self.assertTrue(0.0 <= cell["accuracy"] <= 1.0)
+    # Each unit's base model starts from its own first stage (niah_single_1 in 512-byte rows).
+    for unit in units:
+      self.assertEqual(unit["first"]["steps"], 2)
+      self.assertIn("first512", pathlib.Path(unit["first"]["run_dir"]).name)
     report = (tmp / "r" / "report.md").read_text()
+    self.assertIn("- first stage: niah_single_1 alone in rows of 512 bytes", report)
+    self.assertIn("| first stage fit (steps) |", report)
     self.assertIn("RNoPE-SWA keeps retrieval beyond L", report)
     self.assertIn("**RULER score by length**", report)
     self.assertEqual((tmp / "r" / "ruler_retrieval.png").read_bytes()[:4], b"\x89PNG")
