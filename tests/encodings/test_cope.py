@@ -118,7 +118,7 @@ class CopePropertyTest(chex.TestCase):
     def loss(logits, q, pos_emb):
       return jnp.sum(jnp.tanh(cope_bias(logits, q, pos_emb)))
 
-    grads = jax.grad(loss, argnums=(0, 1, 2))(self.logits, self.q, self.pos_emb)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(self.logits, self.q, self.pos_emb)
     chex.assert_tree_all_finite(grads)
     for g in grads:
       self.assertGreater(float(jnp.abs(g).max()), 0.0)
@@ -153,11 +153,12 @@ class CopePropertyTest(chex.TestCase):
                     and np.any(positions % 1 != 0))
     weights = rng.normal(size=logits.shape).astype(np.float32)
     for q_in in (q, q[:1]):  # Also a query batch of 1 broadcast over the logits' batch.
-      np.testing.assert_allclose(cope_bias(logits, q_in, pos_emb),
-                                 reference(logits, q_in, pos_emb), rtol=1e-6, atol=1e-6)
+      # Jitted: one program each, not one per primitive (issue 44).
+      np.testing.assert_allclose(jax.jit(cope_bias)(logits, q_in, pos_emb),
+                                 jax.jit(reference)(logits, q_in, pos_emb), rtol=1e-6, atol=1e-6)
       got = jax.jit(jax.grad(lambda *a: jnp.sum(weights * cope_bias(*a)), argnums=(0, 1, 2)))(
           logits, q_in, pos_emb)
-      want = jax.grad(lambda *a: jnp.sum(weights * reference(*a)), argnums=(0, 1, 2))(
+      want = jax.jit(jax.grad(lambda *a: jnp.sum(weights * reference(*a)), argnums=(0, 1, 2)))(
           logits, q_in, pos_emb)
       for name, g, w in zip(("logits", "q", "pos_emb"), got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)

@@ -437,10 +437,12 @@ class PerRowCosSinTest(chex.TestCase):
     loss = lambda x, inv: jnp.sum(jnp.sin(rope.apply_rope(x, positions, inv, layout="half")))
     direct = lambda x, inv: jnp.sum(jnp.sin(rope.rotate_with_angles(
         x, rope.rope_angles(positions, inv), layout="half")))
-    got = jax.grad(loss, argnums=(0, 1))(self.x, self.inv)
-    want = jax.grad(direct, argnums=(0, 1))(self.x, self.inv)
+    # Jitted: one program each instead of one per primitive (issue 44).
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(self.x, self.inv)
+    want = jax.jit(jax.grad(direct, argnums=(0, 1)))(self.x, self.inv)
     chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
-    batched = jax.vmap(lambda p: rope.rope_cos_sin(p[None].repeat(2, 0), self.inv)[0])(positions)
+    batched = jax.jit(jax.vmap(lambda p: rope.rope_cos_sin(p[None].repeat(2, 0), self.inv)[0]))(
+        positions)
     np.testing.assert_array_equal(batched[:, 0], self._direct(positions)[0])
 
   def test_one_row_takes_the_direct_path(self):

@@ -73,7 +73,8 @@ class ForeignCacheTest(parameterized.TestCase):
   def test_its_own_cache_is_accepted(self):
     for pe in ("rope", "fox", "shaw"):
       model = _decoder(pe=pe)
-      logits, cache = model.prefill(jnp.zeros((1, 3), jnp.int32), None, model.init_cache(1, 8))
+      logits, cache = nnx.jit(lambda m, t, c: m.prefill(t, None, c))(  # Issue 44: 1 program.
+          model, jnp.zeros((1, 3), jnp.int32), model.init_cache(1, 8))
       self.assertEqual((logits.shape, int(cache.length)), ((1, 3, 32), 3))
 
 
