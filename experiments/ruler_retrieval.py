@@ -18,7 +18,9 @@ training length also *retrieve* there? Per PE and seed (Yang et al. 2025's proto
 2. It is scored with RULER's metric (``string_match_all`` of greedy continuations through
    ``pejax.generate``, :func:`pejax.eval.ruler.model_eval.ruler_accuracy`) on the same tasks at
    1x, 2x, 4x and 8x L; each prompt leaves 128 positions (RULER's answer budget for these
-   tasks) for the answer inside the length.
+   tasks) for the answer inside the length, and decoding stops at the first ``"."`` (the end of
+   the trained answer; a byte-level model has no end token, and what it writes after its
+   answer would count otherwise).
 3. The RoPE model is also scored zero-shot with PI and YaRN at factor = length / L, and after
    a short fine-tune at 2L with PI, YaRN or no scaling (the control), at 2L and beyond.
 
@@ -104,6 +106,9 @@ BETTER_BY = 0.1  # Medians at least this far apart, on top of separated seeds.
 ANSWER_SLOTS = 128  # Positions left inside each length for the decoded answer (RULER's
 # tokens_to_generate of the needle tasks).
 EVAL_SEED = 0  # The test prompts' seed: the same prompts for every model.
+# Decoding stops at the "." that ends the trained answer " v1, v2.": a byte-level model has no
+# end token, and the text it writes after its answer (untrained) would be scored too.
+STOP_TOKENS = (ord("."),)
 CHECK_SEED = 7  # The held-out check's prompts.
 
 
@@ -320,7 +325,8 @@ def score(model, settings: Settings, lengths: Sequence[int], *,
   for length in lengths:
     for r in model_eval.ruler_accuracy(model, ruler.ByteTokenizer(), tasks=list(settings.tasks),
                                        lengths=[length - ANSWER_SLOTS],
-                                       examples=settings.examples, seed=EVAL_SEED, progress=log):
+                                       examples=settings.examples, seed=EVAL_SEED,
+                                       stop_tokens=STOP_TOKENS, progress=log):
       cells.append({"task": r.task, "length": int(length), "budget": r.length,
                     "accuracy": r.accuracy, "status": r.status, "seconds": r.seconds})
   return cells
@@ -371,6 +377,7 @@ def run_unit(base_cfg: ml_collections.ConfigDict, settings: Settings, variant: s
 
   key = {"lengths": settings.lengths, "tasks": list(settings.tasks),
          "examples": settings.examples, "eval_seed": EVAL_SEED, "answer_slots": ANSWER_SLOTS,
+         "stop_tokens": list(STOP_TOKENS),
          "finetuned": {n: pathlib.Path(t.run_dir).name for n, t in tunes.items()},
          "version": 1}
   scores = result_cache.cached(pathlib.Path(base.run_dir) / "ruler_eval.json", key, compute)
@@ -551,9 +558,10 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       + (", the rest language modelling on stdlib" if settings.ruler_fraction < 1 else "")
       + f"; until held-out exact match at L >= {RETRIEVES_AT_L} (checked every "
       f"{settings.recipe.check_every} steps) or {settings.recipe.max_steps} steps",
-      f"- test: RULER's string_match_all of greedy continuations, {settings.examples} prompts "
-      f"per (task, length) cell (seed {EVAL_SEED}, the same prompts for every model), prompt "
-      f"budget = length - {ANSWER_SLOTS} so the answer is decoded within the length",
+      f"- test: RULER's string_match_all of greedy continuations up to the first \".\" (the "
+      f"end of the trained answer), {settings.examples} prompts per (task, length) cell (seed "
+      f"{EVAL_SEED}, the same prompts for every model), prompt budget = length - "
+      f"{ANSWER_SLOTS} so the answer is decoded within the length",
       f"- RoPE extensions: zero-shot PI (linear) and YaRN at factor = length / L; fine-tunes of "
       f"{settings.finetune_steps} steps at {settings.finetune_len} with PI, YaRN or no scaling "
       "(control), factor 2, same tokens per step",

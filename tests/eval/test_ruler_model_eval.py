@@ -29,9 +29,10 @@ def _answering(fraction_right):
   """A stand-in for pejax.generate that writes each prompt's answers (or a wrong one)."""
   calls = []
 
-  def fake_generate(model, tokens, *, prompt_mask, max_new_tokens):
+  def fake_generate(model, tokens, *, prompt_mask, max_new_tokens, stop_tokens=()):
     del model
     calls.append((np.asarray(tokens).shape, max_new_tokens))
+    fake_generate.stop_tokens = stop_tokens
     out = np.zeros((len(tokens), max_new_tokens), np.int32)
     for i, (row, mask) in enumerate(zip(np.asarray(tokens), np.asarray(prompt_mask))):
       prompt = TOKENIZER.decode(row[mask == 1])
@@ -71,6 +72,40 @@ def test_prompts_are_left_padded_to_the_length_in_full_batches():
   # Two batches of 4 rows (the last one topped up), each exactly the cell's length wide; the
   # budget is RULER's 128 rounded to the 64-token bucket.
   assert fake.calls == [((4, 600), 128), ((4, 600), 128)]
+
+
+def test_stop_tokens_reach_generate_and_end_the_scored_text(model):
+  fake = _answering(1.0)
+  _run_with(fake, "niah_single_1", 600, 2)
+  assert fake.stop_tokens == ()  # RULER's default: the whole budget is decoded and scored.
+  _run_with(fake, "niah_single_1", 600, 2, stop_tokens=[46])
+  assert fake.stop_tokens == (46,)
+  # A real decoder: the stop token ends the row, padding after it (the text after an answer
+  # is not scored). The stop is the token the model writes first, so it surely comes.
+  from pejax.nn import generation  # pylint: disable=g-import-not-at-top
+  seen, real_generate = [], generation.generate
+
+  def recording_generate(*args, **kwargs):
+    seen.append((kwargs["stop_tokens"], np.asarray(real_generate(*args, **kwargs))))
+    return seen[-1][1]
+
+  cell = dict(tasks=["niah_single_1"], lengths=[600], examples=1, batch_size=1, progress=None)
+  with mock.patch("pejax.nn.generation.generate", recording_generate):
+    (free,) = model_eval.ruler_accuracy(model, TOKENIZER, **cell)
+    stop = int(seen[0][1][0, 0])
+    (stopped,) = model_eval.ruler_accuracy(model, TOKENIZER, stop_tokens=(stop,), **cell)
+  (_, without), (stops, out) = seen
+  assert stops == (stop,) and out[0, 0] == stop
+  assert not out[0, 1:].any() and without[0, 1:].any()
+  assert (free.status, stopped.status) == ("ok", "ok")
+
+
+@pytest.mark.parametrize("stop_tokens, shown", [
+    ("." , "'.'"), ([True], "True"), ([-1], "-1"), ([256], "256"), ([2.0], "2.0")])
+def test_bad_stop_tokens_are_named_before_decoding(model, stop_tokens, shown):
+  with pytest.raises(ValueError, match=r"stop_tokens must .*" + shown.replace(".", r"\.")):
+    model_eval.ruler_accuracy(model, TOKENIZER, tasks=["niah_single_1"], lengths=[600],
+                              examples=1, stop_tokens=stop_tokens, progress=None)
 
 
 def test_the_budget_covers_the_longest_answer():

@@ -231,6 +231,7 @@ class TinyRunTest(absltest.TestCase):
     report = (tmp / "r" / "report.md").read_text()
     self.assertIn("- first stage: niah_single_1 alone in rows of 512 bytes", report)
     self.assertIn("| first stage fit (steps) |", report)
+    self.assertIn('greedy continuations up to the first "."', report)  # STOP_TOKENS.
     self.assertIn("RNoPE-SWA keeps retrieval beyond L", report)
     self.assertIn("**RULER score by length**", report)
     self.assertEqual((tmp / "r" / "ruler_retrieval.png").read_bytes()[:4], b"\x89PNG")

@@ -121,7 +121,7 @@ def _left_padded(rows: Sequence[List[int]], length: int, batch_size: int):
 
 def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
                    lengths: Sequence[int], examples: int, seed: int = 0,
-                   batch_size: int = 8,
+                   batch_size: int = 8, stop_tokens: Sequence[int] = (),
                    progress: Optional[Callable[[str], None]] = print) -> List[RulerResult]:
   """Greedy RULER scores of ``model`` for every task and length.
 
@@ -129,7 +129,9 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
   ``max(task's RULER budget, longest answer + 8)`` tokens after each (batches of
   ``batch_size``, left-padded), and scores the decoded text with the task's metric. A cell the
   model cannot serve (positions past a learned table, a cache the model refuses) is recorded
-  with its reason instead of a number.
+  with its reason instead of a number. Without ``stop_tokens`` the whole budget is decoded and
+  scored, as RULER does without stop words; a model without an end token (pejax's byte-level
+  models) then continues past its answer, and whatever it writes there counts too.
 
   Args:
     model: a :class:`~pejax.nn.Decoder`.
@@ -140,6 +142,9 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
     examples: examples per cell (>= 1).
     seed: the examples' seed (the same prompts for every model).
     batch_size: prompts decoded together.
+    stop_tokens: token ids that end a continuation (kept; :func:`pejax.generate` pads the rest
+      and stops early once every row of a batch has stopped): e.g. the byte of ``"."`` for a
+      model trained to answer ``" v1, v2."``, so that text after its answer is not scored.
     progress: receives one line per cell (examples per second included); ``None`` = silent.
 
   Returns:
@@ -153,6 +158,14 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
   for name, value in (("examples", examples), ("batch_size", batch_size)):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
       raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+  if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Sequence):
+    raise ValueError(f"stop_tokens must be a sequence of token ids, got {stop_tokens!r}")
+  vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+  for token in stop_tokens:  # Checked here: generate's own error would become an n/a cell.
+    if (isinstance(token, bool) or not isinstance(token, (int, np.integer)) or token < 0
+        or (vocab is not None and token >= vocab)):
+      raise ValueError(f"stop_tokens must hold token ids in [0, {vocab or 'vocab_size'}), got "
+                       f"{token!r}")
   tasks = parse_tasks(list(tasks))
   check_lengths(tasks, lengths, tokenizer, seed=seed)
   results = []
@@ -175,7 +188,8 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
           rows = prompts[start:start + batch_size]
           tokens, mask = _left_padded(rows, int(length), batch_size)
           out = np.asarray(generate_tokens(model, tokens, prompt_mask=mask,
-                                           max_new_tokens=new_tokens))
+                                           max_new_tokens=new_tokens,
+                                           stop_tokens=tuple(stop_tokens)))
           predictions += [tokenizer.decode([int(t) for t in row]) for row in out[:len(rows)]]
       except ValueError as e:  # e.g. positions past a learned table.
         status = f"n/a ({str(e).splitlines()[0][:160]})"
