@@ -33,6 +33,15 @@ def _inv_freq(head_dim, rotary_dim=None):
   return rope_inv_freq(RopeConfig(head_dim, rotary_dim=rotary_dim))[0]
 
 
+@functools.partial(jax.jit, static_argnames=("scale_base", "layout"))
+def _xpos_scores(q, k, q_pos, k_pos, inv_freq, center, *, scale_base, layout):
+  """xPos query-key scores, jitted: one program a shape (issue 44; eagerly ~40 programs)."""
+  apply = functools.partial(apply_xpos, layout=layout, scale_base=scale_base, center=center)
+  q = apply(q, q_pos, inv_freq, is_key=False)
+  k = apply(k, k_pos, inv_freq, is_key=True)
+  return jnp.einsum("bqhd,bkhd->bhqk", q, k)
+
+
 class XposGoldenTest(chex.TestCase):
   """Pinned to x-transformers' RotaryEmbedding(use_xpos=True) + apply_rotary_pos_emb."""
 
@@ -69,10 +78,8 @@ class XposPropertyTest(chex.TestCase):
     self.inv_freq = _inv_freq(16)
 
   def _scores(self, q_pos, k_pos, *, center=0, scale_base=8.0, layout="half"):
-    apply = functools.partial(apply_xpos, layout=layout, scale_base=scale_base, center=center)
-    q = apply(self.q, q_pos, self.inv_freq, is_key=False)
-    k = apply(self.k, k_pos, self.inv_freq, is_key=True)
-    return jnp.einsum("bqhd,bkhd->bhqk", q, k)
+    return _xpos_scores(self.q, self.k, q_pos, k_pos, self.inv_freq, center,
+                        scale_base=scale_base, layout=layout)
 
   def test_score_is_rope_score_times_zeta_power_of_distance(self):
     positions = jnp.arange(6, dtype=jnp.int32) * 3
