@@ -11,7 +11,8 @@ training length also *retrieve* there? Per PE and seed (Yang et al. 2025's proto
 1. A byte-level decoder (4 layers) is trained on RULER's needle tasks in their own prompt
    format (:mod:`experiments.study.ruler_rows`, noise haystacks, only the answer scored), in
    two stages: ``niah_single_1`` alone in rows of 512 bytes (haystacks of at most ~64 bytes
-   beside the ~400-byte template) until it retrieves there, then, from those weights, the
+   beside the ~400-byte template) until it retrieves there (held-out exact match >= 0.75: the
+   lookup has formed), then, from those weights, the
    mixture of ``niah_single_1`` and ``niah_multikey_2`` (one needle among distractor needles)
    at L = 640 **until it retrieves at L** (held-out exact match of the answer >= 0.9 on 24 prompts,
    teacher forcing, checked every 200 steps, constant learning rate) or a step cap.
@@ -101,6 +102,10 @@ FIRST_LEN = 512  # Its rows: niah_single_1's smallest prompt (464) + 48, haystac
 ZERO_SHOT_SCALINGS = ("linear", "yarn")  # Besides the plain RoPE model.
 FINETUNE_SCALINGS = ("none", "linear", "yarn")  # "none": the unscaled fine-tune (control).
 RETRIEVES_AT_L = 0.9  # Held-out exact match of the answer at L (teacher forcing).
+# The first stage only has to form the lookup: from step 1400 to 2200 of RoPE seed 0's first
+# stage (2026-12-08) the match oscillated between 0.67 and 0.88 at an answer loss of ~0.1 a
+# byte, so 0.9 on 24 prompts was reached by chance rather than by learning.
+FIRST_STAGE_FIT = 0.75
 FAILS_BEYOND = 0.5  # Plain RoPE fails beyond L: every seed's mean beyond L <= 0.5.
 BETTER_BY = 0.1  # Medians at least this far apart, on top of separated seeds.
 ANSWER_SLOTS = 128  # Positions left inside each length for the decoded answer (RULER's
@@ -130,6 +135,8 @@ class Settings:
       until they are retrieved at that length, before the mixture at L starts from its weights;
       0: no first stage.
     first_tasks: the first stage's tasks.
+    first_threshold: the held-out exact match that ends the first stage (its cap is the
+      recipe's).
   """
 
   train_len: int
@@ -143,6 +150,7 @@ class Settings:
   ruler_fraction: float = 0.5
   first_len: int = 0
   first_tasks: tuple = FIRST_TASKS
+  first_threshold: float = FIRST_STAGE_FIT
 
   @property
   def lengths(self) -> List[int]:
@@ -339,7 +347,8 @@ def run_unit(base_cfg: ml_collections.ConfigDict, settings: Settings, variant: s
   L = settings.train_len
   first = None
   if settings.first_len:
-    first = _train(config, settings, settings.recipe, length=settings.first_len, what="first",
+    first_recipe = dataclasses.replace(settings.recipe, fit_threshold=settings.first_threshold)
+    first = _train(config, settings, first_recipe, length=settings.first_len, what="first",
                    label=f"ruler-{variant}-first{settings.first_len}-s{seed}", runs_dir=runs_dir,
                    log=log, tasks=settings.first_tasks, ruler_fraction=1.0)
     log(f"  {variant} seed {seed}, first stage ({', '.join(settings.first_tasks)} at "
@@ -551,8 +560,8 @@ def run(options: study_options.StudyOptions, *, settings: Optional[Settings] = N
       "NoPE with full attention",
       (f"- first stage: {', '.join(settings.first_tasks)} alone in rows of "
        f"{settings.first_len} bytes (shorter haystacks), until held-out exact match there >= "
-       f"{RETRIEVES_AT_L} or {settings.recipe.max_steps} steps; the mixture below starts from its "
-       "weights (fresh optimizer)" if settings.first_len else "- no first stage"),
+       f"{settings.first_threshold} or {settings.recipe.max_steps} steps; the mixture below starts "
+       "from its weights (fresh optimizer)" if settings.first_len else "- no first stage"),
       f"- training: {settings.ruler_fraction:.0%} RULER rows ({', '.join(settings.tasks)}, noise "
       "haystack of random size up to L, only the answer scored)"
       + (", the rest language modelling on stdlib" if settings.ruler_fraction < 1 else "")

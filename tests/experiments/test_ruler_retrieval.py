@@ -107,8 +107,8 @@ class RowsTest(absltest.TestCase):
     # The recipe of the probe that retrieved: a constant rate, 24 held-out prompts a check.
     self.assertEqual((chosen.recipe.decay, chosen.recipe.check_examples), ("constant", 24))
     # RULER rows only, after a first stage on niah_single_1 in 512-byte rows.
-    self.assertEqual((chosen.ruler_fraction, chosen.first_len, chosen.first_tasks),
-                     (1.0, 512, ("niah_single_1",)))
+    self.assertEqual((chosen.ruler_fraction, chosen.first_len, chosen.first_tasks,
+                      chosen.first_threshold), (1.0, 512, ("niah_single_1",), 0.75))
     for first_len in (496, 640):
       with self.assertRaisesRegex(study_options.StudyOptionError,
                                   rf"first_len={first_len} must be >= 512 \(RULER task "
@@ -229,7 +229,8 @@ class TinyRunTest(absltest.TestCase):
       self.assertEqual(unit["first"]["steps"], 2)
       self.assertIn("first512", pathlib.Path(unit["first"]["run_dir"]).name)
     report = (tmp / "r" / "report.md").read_text()
-    self.assertIn("- first stage: niah_single_1 alone in rows of 512 bytes", report)
+    self.assertIn("- first stage: niah_single_1 alone in rows of 512 bytes (shorter haystacks), "
+                  "until held-out exact match there >= 0.75", report)
     self.assertIn("| first stage fit (steps) |", report)
     self.assertIn('greedy continuations up to the first "."', report)  # STOP_TOKENS.
     self.assertIn("RNoPE-SWA keeps retrieval beyond L", report)
