@@ -124,8 +124,19 @@ def save_params(model, path: pathlib.Path) -> None:
 
 
 def load_params(model, path: os.PathLike | str) -> None:
-  """Writes the weights saved by :func:`save_params` into ``model`` (same config)."""
+  """Writes the weights saved by :func:`save_params` into ``model`` (same config).
+
+  Raises:
+    FileNotFoundError: naming ``path`` when it is missing (records kept in git hold no weights:
+      a run that starts from another run's weights needs the machine that trained it).
+    ValueError: if the stored arrays do not fit ``model``.
+  """
   from flax import nnx  # pylint: disable=g-import-not-at-top
+  if not pathlib.Path(path).exists():
+    raise FileNotFoundError(
+        f"{path} does not exist: the weights this run starts from are not on this machine (the "
+        "records kept in git hold no weights). Run it where its starting run was trained, or "
+        f"delete {pathlib.Path(path).parent} to retrain that run here")
   params = read_tree(nnx.state(model, nnx.Param), path, lambda a, b: a.shape == b.shape)
   if params is None:
     raise ValueError(f"{path} does not hold the weights of this model (shapes differ)")

@@ -747,5 +747,13 @@ class FineTuneKeyTest(absltest.TestCase):
     self.assertNotEqual(relative, other)
     self.assertIsNone(convergence.full_key(key)["init_from"])
 
+  def test_a_start_whose_weights_are_not_here_is_named(self):
+    # A clone has the base's records (git) but not its weights: the fine-tune says which file
+    # is missing and what to do, before training anything.
+    missing = pathlib.Path(self.create_tempdir().full_path) / "base-s0-1a2b" / "params.npz"
+    with self.assertRaisesRegex(FileNotFoundError, rf"{missing} does not exist: the weights "
+                                r"this run starts from are not on this machine .* delete "):
+      convergence.load_params(None, missing)
+
 if __name__ == "__main__":
   absltest.main()
