@@ -45,6 +45,22 @@ def _strict_int(name: str, value: Any, *, low: int, high: Optional[int] = None,
   return int(value)
 
 
+def check_stop_tokens(stop_tokens: Any, *, vocab_size: Optional[int]) -> tuple:
+  """Validates ``stop_tokens`` once, before any tracing: a sequence of integer token ids in
+  ``[0, vocab_size)`` (no bool, no float; ``vocab_size=None``: only ``>= 0`` is checked).
+
+  Returns:
+    The ids as a tuple of ints.
+
+  Raises:
+    ValueError: naming ``stop_tokens`` and the value.
+  """
+  if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Sequence):
+    raise ValueError(f"stop_tokens must be a sequence of token ids, got {stop_tokens!r}")
+  return tuple(_strict_int("stop_tokens", t, low=0, high=vocab_size, bound="vocab_size")
+               for t in stop_tokens)
+
+
 def check_sampling(*, temperature: Any, top_k: Any, top_p: Any) -> tuple:
   """Validates sampling settings once, before any tracing.
 
@@ -212,10 +228,7 @@ def generate(model: nnx.Module, prompt_tokens: Any, *, max_new_tokens: int,
   temperature, top_k, top_p = check_sampling(temperature=temperature, top_k=top_k, top_p=top_p)
   if temperature > 0 and rng is None:
     raise ValueError("rng must be a PRNG key when temperature > 0, got None")
-  if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Sequence):
-    raise ValueError(f"stop_tokens must be a sequence of token ids, got {stop_tokens!r}")
-  stops = tuple(_strict_int("stop_tokens", t, low=0, high=vocab, bound="vocab_size")
-                for t in stop_tokens)
+  stops = check_stop_tokens(stop_tokens, vocab_size=vocab)
   tokens, mask = _check_prompts(prompt_tokens, prompt_mask, pad_token)
   if tokens.min() < 0 or tokens.max() >= vocab:
     raise ValueError(f"prompt_tokens must be in [0, vocab_size={vocab}), got min "

@@ -154,18 +154,14 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
     ValueError: for an unknown task, ``examples`` or ``batch_size`` < 1, or a length below a
       task's smallest prompt (checked for every cell before any decoding).
   """
+  from pejax.nn.generation import check_stop_tokens  # pylint: disable=g-import-not-at-top
   from pejax.nn.generation import generate as generate_tokens  # pylint: disable=g-import-not-at-top
   for name, value in (("examples", examples), ("batch_size", batch_size)):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
       raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-  if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Sequence):
-    raise ValueError(f"stop_tokens must be a sequence of token ids, got {stop_tokens!r}")
-  vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-  for token in stop_tokens:  # Checked here: generate's own error would become an n/a cell.
-    if (isinstance(token, bool) or not isinstance(token, (int, np.integer)) or token < 0
-        or (vocab is not None and token >= vocab)):
-      raise ValueError(f"stop_tokens must hold token ids in [0, {vocab or 'vocab_size'}), got "
-                       f"{token!r}")
+  # Checked here, with generate's own check: inside a cell its error would become an n/a cell.
+  stop_tokens = check_stop_tokens(
+      stop_tokens, vocab_size=getattr(getattr(model, "config", None), "vocab_size", None))
   tasks = parse_tasks(list(tasks))
   check_lengths(tasks, lengths, tokenizer, seed=seed)
   results = []
@@ -189,7 +185,7 @@ def ruler_accuracy(model: Any, tokenizer: Any, *, tasks: Sequence[str],
           tokens, mask = _left_padded(rows, int(length), batch_size)
           out = np.asarray(generate_tokens(model, tokens, prompt_mask=mask,
                                            max_new_tokens=new_tokens,
-                                           stop_tokens=tuple(stop_tokens)))
+                                           stop_tokens=stop_tokens))
           predictions += [tokenizer.decode([int(t) for t in row]) for row in out[:len(rows)]]
       except ValueError as e:  # e.g. positions past a learned table.
         status = f"n/a ({str(e).splitlines()[0][:160]})"
