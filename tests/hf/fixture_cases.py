@@ -6,6 +6,7 @@ import functools
 import json
 import pathlib
 
+from flax import nnx
 import numpy as np
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
@@ -30,6 +31,12 @@ def load(name: str, **overrides):
   """``pejax.hf.from_pretrained`` of a fixture, once per process and arguments."""
   import pejax.hf  # pylint: disable=g-import-not-at-top
   return pejax.hf.from_pretrained(path(name), **overrides)
+
+
+@nnx.jit
+def logits(model, tokens):
+  """``model(tokens)`` jitted: one program a model and shape, not one per primitive."""
+  return model(tokens)
 
 
 def relative_error(logits, reference) -> float:

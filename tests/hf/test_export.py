@@ -66,7 +66,6 @@ def _main(*argv):
   return status, out.getvalue(), err.getvalue()
 
 
-_logits = nnx.jit(lambda model, tokens: model(tokens))  # One compilation, not one per op.
 
 
 def assert_same_model_and_tokenizer(test, run, directory, *, atol=1e-6):
@@ -79,8 +78,8 @@ def assert_same_model_and_tokenizer(test, run, directory, *, atol=1e-6):
     test.assertEqual(tokenizer.encode(text).tolist(), ids, text)
     every += ids
   tokens = jnp.asarray([every], jnp.int32)  # One jitted forward pass per model.
-  np.testing.assert_allclose(np.asarray(_logits(loaded, tokens)),
-                             np.asarray(_logits(run.model, tokens)), rtol=1e-6, atol=atol)
+  np.testing.assert_allclose(np.asarray(fx.logits(loaded, tokens)),
+                             np.asarray(fx.logits(run.model, tokens)), rtol=1e-6, atol=atol)
 
 
 class ExportTest(absltest.TestCase):

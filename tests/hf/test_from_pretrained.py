@@ -18,17 +18,12 @@ from pejax.nn import RotaryConfig
 import fixture_cases as fx
 
 
-@nnx.jit
-def _logits(model, tokens):
-  return model(tokens)
-
-
 class ParityTest(parameterized.TestCase):
 
   @parameterized.named_parameters((name, name) for name in fx.CASES)
   def test_logits_equal_transformers(self, name):
     model = fx.load(name)
-    logits = _logits(model, jnp.asarray(fx.PROMPTS))
+    logits = fx.logits(model, jnp.asarray(fx.PROMPTS))
     self.assertEqual(logits.dtype, jnp.float32)
     self.assertLess(fx.relative_error(logits, fx.reference_logits(name)), fx.PARITY_TOLERANCE)
 
@@ -100,7 +95,7 @@ class DtypeTest(absltest.TestCase):
     self.assertTrue(all(x.dtype == jnp.bfloat16 for x in leaves))
     bytes_of = lambda m: sum(x.nbytes for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
     self.assertEqual(bytes_of(bf16) * 2, bytes_of(f32))
-    logits = _logits(bf16, jnp.asarray(fx.PROMPTS))
+    logits = fx.logits(bf16, jnp.asarray(fx.PROMPTS))
     self.assertEqual(logits.dtype, jnp.float32)
     # bfloat16 has 8 mantissa bits: close to the float32 reference, not equal.
     error = fx.relative_error(logits, fx.reference_logits("llama_default_untied"))
@@ -139,7 +134,7 @@ class RopeScalingTest(absltest.TestCase):
     self.assertIs(scaled.embed.embedding[...], model.embed.embedding[...])
     tokens = jnp.asarray(fx.PROMPTS)
     # YaRN keeps the highest frequencies; the logits differ (the attention factor alone).
-    self.assertGreater(float(jnp.abs(_logits(scaled, tokens) - _logits(model, tokens)).max()),
+    self.assertGreater(float(jnp.abs(fx.logits(scaled, tokens) - fx.logits(model, tokens)).max()),
                        1e-3)
     with self.assertRaisesRegex(ValueError, "one RoPE config"):
       pejax.hf.with_rope_scaling(dataclasses.replace, None)

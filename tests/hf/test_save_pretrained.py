@@ -22,12 +22,6 @@ from pejax.nn import Decoder, DecoderConfig, RotaryConfig
 import fixture_cases as fx
 
 
-@nnx.jit
-def _logits(model, tokens):
-  """One program a model and shape (issue 44: eager calls compile each primitive)."""
-  return model(tokens)
-
-
 def _params(model):
   return {tuple(p): np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
@@ -79,8 +73,8 @@ class RoundTripTest(parameterized.TestCase):
     self.assertEqual(written["model_type"], "llama")
     self.assertNotIn("resid_pdrop", written)  # A phi3 key is not carried into a llama.
     loaded = pejax.hf.from_pretrained(path)
-    np.testing.assert_array_equal(np.asarray(_logits(loaded, fx.PROMPTS)),
-                                  np.asarray(_logits(model, fx.PROMPTS)))
+    np.testing.assert_array_equal(np.asarray(fx.logits(loaded, fx.PROMPTS)),
+                                  np.asarray(fx.logits(model, fx.PROMPTS)))
 
   def test_a_new_rope_scaling_is_written_not_the_sources(self):
     model = pejax.hf.with_rope_scaling(fx.load("llama_linear_tied"),
@@ -151,8 +145,8 @@ class RoundTripTest(parameterized.TestCase):
     self.assertFalse(loaded.config.tie_embeddings)
     self.assertFalse(loaded.config.scale_embeddings)
     tokens = jnp.asarray(fx.PROMPTS % 256)
-    np.testing.assert_allclose(np.asarray(_logits(loaded, tokens)),
-                               np.asarray(_logits(model, tokens)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fx.logits(loaded, tokens)),
+                               np.asarray(fx.logits(model, tokens)), rtol=1e-6, atol=1e-6)
     before, after = _params(model), _params(loaded)
     embedding = before.pop(("embed", "embedding"))
     np.testing.assert_array_equal(after.pop(("embed", "embedding")),
