@@ -95,7 +95,7 @@ VARIANTS = ("rope", "alibi", "none", "fox", "rnope_swa")
 QUICK_VARIANTS = ("rope", "rnope_swa")
 # RULER's two needle tasks whose prompts fit L = 640 with numbers on a noise / needle haystack
 # (niah_single_words, pejax's word-valued stand-in for niah_single_2, stayed at 0.00 where these
-# two reached 0.83 / 0.58 in the probe below; Settings.tasks takes it or any other).
+# two reached 0.83 / 0.58 in the probes of the module docstring; Settings.tasks takes any).
 TASKS = ("niah_single_1", "niah_multikey_2")
 FIRST_TASKS = ("niah_single_1",)  # The curriculum's first stage (Settings.first_len).
 FIRST_LEN = 512  # Its rows: niah_single_1's smallest prompt (464) + 48, haystacks <= ~64 bytes.
